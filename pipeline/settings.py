@@ -1,0 +1,222 @@
+"""One typed settings object, built once at the entry point and passed down.
+
+Precedence, lowest to highest: the defaults below (which ``config/default.toml`` spells out), the TOML
+file named by ``--config FILE`` or ``SHARDFUSE_CONFIG``, then environment variables ``SHARDFUSE_<KEY>``
+with ``__`` between nesting levels (``SHARDFUSE_EMBEDDER__PROVIDER=hashing``). Environment wins so that
+secrets and per-host ports injected by a deployment always take effect.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from pipeline.errors import ConfigurationError
+
+CONFIG_ENV = "SHARDFUSE_CONFIG"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BrokerSettings(_Section):
+    url: str = "redis://127.0.0.1:16379/0"
+    result_backend: str = "redis://127.0.0.1:16379/1"
+    # Must exceed the longest task's hard time limit, or Redis redelivers a message that is still running.
+    visibility_timeout_s: int = 3600
+
+
+class PostgresSettings(_Section):
+    dsn: str = "postgresql://postgres@127.0.0.1:15432/shardfuse"
+    # One DSN per shard; empty means every shard is a schema in ``dsn``.
+    shard_dsns: list[str] = Field(default_factory=list)
+    pool_min_size: int = 1
+    pool_max_size: int = 8
+
+
+class CasSettings(_Section):
+    # Relative paths are taken under ``data_dir``.
+    root: Path = Path("cas")
+
+
+class LimitSettings(_Section):
+    max_file_bytes: int = 10 * 1024 * 1024
+
+
+class ChunkingSettings(_Section):
+    encoding: str = "cl100k_base"
+    max_tokens: int = Field(default=256, ge=16)
+    overlap_tokens: int = Field(default=32, ge=0)
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> ChunkingSettings:
+        if self.overlap_tokens >= self.max_tokens:
+            raise ValueError("chunking.overlap_tokens must be smaller than chunking.max_tokens")
+        return self
+
+
+class EmbedderProvider(enum.StrEnum):
+    LOCAL = "local"
+    HASHING = "hashing"
+
+
+class EmbedderSettings(_Section):
+    provider: EmbedderProvider = EmbedderProvider.LOCAL
+    model: str = "all-MiniLM-L6-v2"
+    dimensions: int = Field(default=384, ge=8, le=16000)
+    # Cross-document batching: a batch is flushed when it holds this many chunks or has waited this long.
+    batch_size: int = Field(default=64, ge=1)
+    batch_wait_ms: int = Field(default=50, ge=0)
+
+
+class Bm25Settings(_Section):
+    # Relative paths are taken under ``data_dir``.
+    dir: Path = Path("bm25")
+    k1: float = 1.5
+    b: float = 0.75
+    rebuild_debounce_s: float = Field(default=1.0, ge=0)
+    keep_generations: int = Field(default=2, ge=1)
+
+
+class QuerySettings(_Section):
+    over_fetch: int = Field(default=3, ge=1)
+    rrf_k: int = Field(default=60, ge=1)
+    max_k: int = Field(default=1000, ge=1)
+    hnsw_ef_search: int = Field(default=100, ge=1)
+    rpc_timeout_s: float = 30.0
+
+
+class TaskLimits(_Section):
+    soft_s: int
+    hard_s: int
+
+
+class WorkerSettings(_Section):
+    ingest_concurrency: int = 2
+    embed_concurrency: int = 8
+    maintenance_concurrency: int = 1
+    query_concurrency: int = 4
+    max_retries: int = 5
+    ingest_limits: TaskLimits = TaskLimits(soft_s=120, hard_s=150)
+    embed_limits: TaskLimits = TaskLimits(soft_s=300, hard_s=360)
+    maintenance_limits: TaskLimits = TaskLimits(soft_s=900, hard_s=960)
+    query_limits: TaskLimits = TaskLimits(soft_s=30, hard_s=35)
+
+
+class StackSettings(_Section):
+    """The embedded single-machine stack started by ``shardfuse up``."""
+
+    redis_port: int = 16379
+    postgres_port: int = 15432
+    flower_port: int = 15555
+    host: str = "127.0.0.1"
+
+
+class FlowerSettings(_Section):
+    user: str = "shardfuse"
+    password: SecretStr = SecretStr("shardfuse")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SHARDFUSE_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    data_dir: Path = Path("~/.shardfuse")
+    shards: int = Field(default=2, ge=1, le=1024)
+    broker: BrokerSettings = BrokerSettings()
+    postgres: PostgresSettings = PostgresSettings()
+    cas: CasSettings = CasSettings()
+    limits: LimitSettings = LimitSettings()
+    chunking: ChunkingSettings = ChunkingSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    bm25: Bm25Settings = Bm25Settings()
+    query: QuerySettings = QuerySettings()
+    workers: WorkerSettings = WorkerSettings()
+    stack: StackSettings = StackSettings()
+    flower: FlowerSettings = FlowerSettings()
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.postgres.shard_dsns and len(self.postgres.shard_dsns) != self.shards:
+            raise ValueError(
+                f"postgres.shard_dsns names {len(self.postgres.shard_dsns)} DSNs but shards = {self.shards}"
+            )
+        longest = max(
+            lim.hard_s
+            for lim in (
+                self.workers.ingest_limits,
+                self.workers.embed_limits,
+                self.workers.maintenance_limits,
+                self.workers.query_limits,
+            )
+        )
+        if self.broker.visibility_timeout_s <= longest:
+            raise ValueError(
+                f"broker.visibility_timeout_s ({self.broker.visibility_timeout_s}) must exceed the longest "
+                f"task hard limit ({longest}s), or Redis redelivers messages that are still running"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(CONFIG_ENV)
+        if config_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+        return tuple(sources)
+
+    # -- derived paths -------------------------------------------------------------------------------
+    @property
+    def data_path(self) -> Path:
+        return self.data_dir.expanduser().resolve()
+
+    def _under_data(self, path: Path) -> Path:
+        path = path.expanduser()
+        return path if path.is_absolute() else self.data_path / path
+
+    @property
+    def cas_root(self) -> Path:
+        return self._under_data(self.cas.root)
+
+    @property
+    def bm25_root(self) -> Path:
+        return self._under_data(self.bm25.dir)
+
+    def shard_dsn(self, shard: int) -> str:
+        return self.postgres.shard_dsns[shard] if self.postgres.shard_dsns else self.postgres.dsn
+
+
+def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Build the settings object: defaults < TOML file < environment < ``overrides``.
+
+    ``config_file`` (the CLI's ``--config``) is exported as ``SHARDFUSE_CONFIG`` so that processes this one
+    starts (workers, Flower) read the same file.
+    """
+    if config_file is not None:
+        path = Path(config_file).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigurationError(f"config file {path} does not exist")
+        os.environ[CONFIG_ENV] = str(path)
+    try:
+        return Settings(**overrides)
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid settings: {exc}") from exc

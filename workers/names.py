@@ -1,0 +1,39 @@
+"""Queue and task names: the wire contract between publishers, workers and RPC callers."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Queue(enum.StrEnum):
+    INGEST = "ingest"
+    EMBED = "embed"
+    MAINTENANCE = "maintenance"
+    QUERY = "query"
+
+
+class Task(enum.StrEnum):
+    INGEST = "shardfuse.ingest"
+    EMBED = "shardfuse.embed"
+    BM25_REBUILD = "shardfuse.bm25_rebuild"
+    SEARCH = "shardfuse.search"
+
+
+# Which queue each task is routed to.
+TASK_QUEUES: dict[Task, Queue] = {
+    Task.INGEST: Queue.INGEST,
+    Task.EMBED: Queue.EMBED,
+    Task.BM25_REBUILD: Queue.MAINTENANCE,
+    Task.SEARCH: Queue.QUERY,
+}
+
+# The pool type each queue's workers run: CPU-bound stages fork, I/O-bound stages use threads.
+QUEUE_POOLS: dict[Queue, str] = {
+    Queue.INGEST: "prefork",
+    Queue.EMBED: "threads",
+    Queue.MAINTENANCE: "prefork",
+    Queue.QUERY: "threads",
+}
+
+# Queues whose backlog means "published but not yet searchable".
+PIPELINE_QUEUES: tuple[Queue, ...] = (Queue.INGEST, Queue.EMBED, Queue.MAINTENANCE)
