@@ -115,12 +115,13 @@ class WorkerSettings(_Section):
 
 
 class StackSettings(_Section):
-    """The embedded single-machine stack started by ``shardfuse up``."""
+    """The embedded single-machine stack started by ``shardfuse up``.
 
-    redis_port: int = 16379
-    postgres_port: int = 15432
+    Redis and PostgreSQL listen where ``broker.url`` and ``postgres.dsn`` point (loopback only), so each
+    address is configured exactly once.
+    """
+
     flower_port: int = 15555
-    host: str = "127.0.0.1"
 
 
 class FlowerSettings(_Section):

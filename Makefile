@@ -1,0 +1,59 @@
+# The two commands: `make demo` and `make test`. Each creates .venv/ if missing and installs into it.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+SF     := $(BIN)/shardfuse
+# tiktoken reads its BPE file from here before it tries the network (see ../shared/data/tiktoken/SOURCE.md).
+export TIKTOKEN_CACHE_DIR ?= $(CURDIR)/.cache/tiktoken
+TIKTOKEN_CL100K := $(TIKTOKEN_CACHE_DIR)/9b5ad71b2ce5302211f9c61530b329a4922fc6a4
+SHARED_TIKTOKEN := $(CURDIR)/../shared/data/tiktoken/cl100k_base.tiktoken
+# The local embedder's model ships inside a pip package: never reach for a model hub.
+export HF_HUB_OFFLINE ?= 1
+
+DEMO_ZONE    := demo
+DEMO_SOURCES := pipeline query workers docs config tests README.md Makefile pyproject.toml
+
+.PHONY: demo test bench install lint typecheck down clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# CPU torch first, so that sentence-transformers does not pull the CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
+	touch $@
+
+install: $(VENV)/.installed $(TIKTOKEN_CL100K)
+
+$(TIKTOKEN_CL100K):
+	mkdir -p $(TIKTOKEN_CACHE_DIR)
+	if [ -f $(SHARED_TIKTOKEN) ]; then cp $(SHARED_TIKTOKEN) $@; \
+	else echo "no local copy of cl100k_base: tiktoken will download it on first use"; fi
+
+demo: install
+	$(SF) up
+	$(SF) publish $(DEMO_SOURCES) --zone $(DEMO_ZONE)
+	$(SF) wait --timeout 900
+	$(SF) search "how are a document's old chunks replaced atomically" --zone $(DEMO_ZONE) -k 3
+	$(SF) search "reciprocal rank fusion" --zone $(DEMO_ZONE) -k 3
+	$(SF) search "gitignore" --zone $(DEMO_ZONE) --mode keyword -k 3
+	@echo
+	@echo "The stack is still running (see .venv/bin/shardfuse status)."
+	@echo "Query it:  .venv/bin/shardfuse search 'your question' --zone $(DEMO_ZONE)"
+	@echo "Stop it:   .venv/bin/shardfuse down"
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider
+
+lint: install
+	$(BIN)/ruff check pipeline query workers tests
+	$(BIN)/mypy
+
+down:
+	$(SF) down
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,168 @@
+"""Cross-document embedding batches.
+
+Embed tasks run concurrently in one worker process (a thread pool). Each submits its document here and
+waits; a single flusher thread gathers the chunks of every document submitted within ``max_wait_s`` (up
+to ``max_chunks``), embeds them together in provider requests of ``request_size`` inputs, then writes each
+shard's documents in one transaction. A task acknowledges its message only after its own document's
+transaction has committed, so batching never weakens at-least-once delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.embeddings import Embedder
+from pipeline.errors import EmbeddingProviderError, ShardfuseError
+from pipeline.models import PreparedDocument
+from pipeline.store import ApplyOutcome, DocStatus, DocumentChange, ShardStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Pending:
+    document: PreparedDocument
+    future: Future[ApplyOutcome] = field(default_factory=Future)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What one flush did: how many documents shared how many provider requests."""
+
+    documents: int
+    chunks: int
+    requests: int
+    embed_ms: float
+    write_ms: float
+
+
+class EmbedBatcher:
+    """Gathers documents from concurrent callers into shared embedding requests and shard writes."""
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder,
+        stores: Sequence[ShardStore],
+        max_chunks: int,
+        max_wait_s: float,
+        request_size: int,
+    ) -> None:
+        self._embedder = embedder
+        self._stores = stores
+        self._max_chunks = max_chunks
+        self._max_wait_s = max_wait_s
+        self._request_size = request_size
+        self._queue: queue.Queue[_Pending] = queue.Queue()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="embed-batcher", daemon=True)
+        self._thread.start()
+        self.last_stats: BatchStats | None = None
+
+    def submit(self, document: PreparedDocument) -> Future[ApplyOutcome]:
+        if self._closed.is_set():
+            raise RuntimeError("the embed batcher is closed")
+        pending = _Pending(document)
+        self._queue.put(pending)
+        return pending.future
+
+    def index(self, document: PreparedDocument, *, timeout: float) -> ApplyOutcome:
+        """Submit and wait for this document's shard transaction to commit."""
+        return self.submit(document).result(timeout=timeout)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                first = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            batch = [first]
+            chunks = len(first.document.chunks)
+            deadline = time.monotonic() + self._max_wait_s
+            while chunks < self._max_chunks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    item = self._queue.get(timeout=remaining)
+                except queue.Empty:
+                    break
+                batch.append(item)
+                chunks += len(item.document.chunks)
+            self._flush(batch)
+
+    def _flush(self, batch: list[_Pending]) -> None:
+        started = time.perf_counter()
+        texts = [chunk.text for p in batch for chunk in p.document.chunks]
+        try:
+            vectors, requests = self._embed(texts)
+        except Exception as exc:  # every waiter must hear about it, whatever it is
+            error = exc if isinstance(exc, ShardfuseError) else EmbeddingProviderError(f"embedding failed: {exc!r}")
+            for p in batch:
+                p.future.set_exception(error)
+            return
+        embedded = time.perf_counter()
+
+        by_shard: dict[int, list[tuple[_Pending, DocumentChange]]] = defaultdict(list)
+        offset = 0
+        for p in batch:
+            n = len(p.document.chunks)
+            change = DocumentChange(
+                event=p.document.event,
+                status=DocStatus.INDEXED,
+                chunks=p.document.chunks,
+                embeddings=vectors[offset : offset + n],
+                line_count=p.document.line_count,
+            )
+            offset += n
+            by_shard[p.document.shard].append((p, change))
+
+        for shard, items in by_shard.items():
+            try:
+                outcomes = {o.key: o for o in self._stores[shard].apply([c for _, c in items])}
+            except Exception as exc:  # this shard's documents fail; the other shards' commits stand
+                for p, _ in items:
+                    p.future.set_exception(exc)
+                continue
+            for p, change in items:
+                outcome = outcomes[change.key]
+                # Two versions of one document in a batch: only the newest is applied.
+                applied = outcome.applied and outcome.seq == change.event.seq
+                p.future.set_result(
+                    ApplyOutcome(key=change.key, seq=change.event.seq, applied=applied,
+                                 stored_seq=outcome.stored_seq)
+                )
+        done = time.perf_counter()
+        self.last_stats = BatchStats(
+            documents=len(batch),
+            chunks=len(texts),
+            requests=requests,
+            embed_ms=(embedded - started) * 1000,
+            write_ms=(done - embedded) * 1000,
+        )
+        log.info(
+            "embedded %d chunks from %d documents in %d request(s) (%.0f ms), wrote %d shard(s) (%.0f ms)",
+            len(texts), len(batch), requests, self.last_stats.embed_ms, len(by_shard), self.last_stats.write_ms,
+        )
+
+    def _embed(self, texts: list[str]) -> tuple[np.ndarray, int]:
+        parts = [
+            self._embedder.embed_documents(texts[i : i + self._request_size])
+            for i in range(0, len(texts), self._request_size)
+        ]
+        if not parts:
+            return np.zeros((0, self._embedder.dimensions), dtype=np.float32), 0
+        return np.concatenate(parts).astype(np.float32, copy=False), len(parts)

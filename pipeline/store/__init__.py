@@ -1,0 +1,15 @@
+"""Shard stores: one PostgreSQL schema (or database) per shard holding ``documents`` and ``chunks``."""
+
+from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
+from pipeline.store.connections import open_pool
+from pipeline.store.shard_store import ChunkRecord, ShardStore, VectorHit
+
+__all__ = [
+    "ApplyOutcome",
+    "ChunkRecord",
+    "DocStatus",
+    "DocumentChange",
+    "ShardStore",
+    "VectorHit",
+    "open_pool",
+]

@@ -1,0 +1,47 @@
+"""Pure row builders for the binary COPY into ``chunks``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from pipeline.models import chunk_id
+from pipeline.store.changes import DocumentChange
+
+CHUNK_COLUMNS: tuple[str, ...] = (
+    "chunk_id", "zone", "path", "seq", "ordinal", "text", "start_char", "end_char",
+    "start_line", "end_line", "token_count", "chunk_hash", "metadata", "embedding",
+)  # fmt: skip
+# PostgreSQL types in column order: binary COPY needs them spelled out.
+CHUNK_TYPES: tuple[str, ...] = (
+    "text", "text", "text", "int8", "int4", "text", "int4", "int4",
+    "int4", "int4", "int4", "text", "jsonb", "vector",
+)  # fmt: skip
+
+
+def chunk_rows(change: DocumentChange) -> Iterator[tuple[Any, ...]]:
+    """One COPY row per chunk of an indexed change, zipped strictly with its embedding."""
+    if change.embeddings is None:
+        return
+    event = change.event
+    metadata = Jsonb(event.metadata) if event.metadata else None
+    for chunk, embedding in zip(change.chunks, change.embeddings, strict=True):
+        yield (
+            chunk_id(event.zone, event.path, event.seq, chunk.ordinal),
+            event.zone,
+            event.path,
+            event.seq,
+            chunk.ordinal,
+            # PostgreSQL text cannot hold NUL; decode rejects NUL-laden content, this is the last guard.
+            chunk.text.replace("\x00", "\ufffd"),
+            chunk.start_char,
+            chunk.end_char,
+            chunk.start_line,
+            chunk.end_line,
+            chunk.token_count,
+            chunk.chunk_hash,
+            metadata,
+            embedding,
+        )

@@ -1,0 +1,110 @@
+"""DDL for one shard's schema and the shared tables, with identifiers composed by ``psycopg.sql``."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from pipeline.errors import ConfigurationError
+
+SHARED_SCHEMA = "shardfuse"
+# Any constant works; it only has to be the same in every process that creates schemas.
+_DDL_LOCK_KEY = 0x5348_4652_4455_5345
+
+_SHARD_DDL = """
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.documents (
+    zone         text        NOT NULL,
+    path         text        NOT NULL,
+    seq          bigint      NOT NULL,
+    status       text        NOT NULL,
+    content_hash text,
+    event_id     text,
+    size         bigint,
+    mime         text,
+    reason       text,
+    chunk_count  integer     NOT NULL DEFAULT 0,
+    token_count  integer     NOT NULL DEFAULT 0,
+    line_count   integer     NOT NULL DEFAULT 0,
+    metadata     jsonb,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (zone, path)
+);
+CREATE TABLE IF NOT EXISTS {schema}.chunks (
+    chunk_id    text    PRIMARY KEY,
+    zone        text    NOT NULL,
+    path        text    NOT NULL,
+    seq         bigint  NOT NULL,
+    ordinal     integer NOT NULL,
+    text        text    NOT NULL,
+    start_char  integer NOT NULL,
+    end_char    integer NOT NULL,
+    start_line  integer NOT NULL,
+    end_line    integer NOT NULL,
+    token_count integer NOT NULL,
+    chunk_hash  text    NOT NULL,
+    metadata    jsonb,
+    embedding   vector({dimensions}) NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_zone_path ON {schema}.chunks (zone, path);
+CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON {schema}.chunks USING hnsw (embedding vector_cosine_ops);
+CREATE INDEX IF NOT EXISTS documents_status ON {schema}.documents (status) WHERE status <> 'indexed';
+"""
+
+_SHARED_DDL = """
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.deadletters (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    task          text        NOT NULL,
+    payload       jsonb       NOT NULL,
+    zone          text,
+    path          text,
+    error_class   text        NOT NULL,
+    reason        text        NOT NULL,
+    attempts      integer     NOT NULL,
+    first_failed  timestamptz NOT NULL DEFAULT now(),
+    last_failed   timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+def shard_schema(shard: int) -> str:
+    return f"shard_{shard}"
+
+
+def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensions: int) -> None:
+    """Create the shard's schema if missing, and refuse to run against one built for other vectors.
+
+    Workers start concurrently; ``CREATE ... IF NOT EXISTS`` is not safe against itself, so creation is
+    serialised by a transaction-scoped advisory lock.
+    """
+    schema = shard_schema(shard)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
+        existing = _embedding_dimensions(conn, schema)
+        if existing is not None and existing != dimensions:
+            raise ConfigurationError(
+                f"shard {shard} stores {existing}-dimensional embeddings but the embedder makes {dimensions}: "
+                f"use an embedder with {existing} dimensions or index into a new database"
+            )
+        ddl = sql.SQL(_SHARD_DDL).format(schema=sql.Identifier(schema), dimensions=sql.Literal(dimensions))
+        conn.execute(ddl)
+
+
+def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:
+    """Create the shared tables (dead letters) if missing."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
+        conn.execute(sql.SQL(_SHARED_DDL).format(schema=sql.Identifier(SHARED_SCHEMA)))
+
+
+def _embedding_dimensions(conn: psycopg.Connection[object], schema: str) -> int | None:
+    row = conn.execute(
+        """
+        SELECT a.atttypmod FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = 'chunks' AND a.attname = 'embedding' AND NOT a.attisdropped
+        """,
+        (schema,),
+    ).fetchone()
+    return int(row[0]) if row else None  # type: ignore[index]

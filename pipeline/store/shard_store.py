@@ -1,0 +1,253 @@
+"""The PostgreSQL + pgvector adapter for one shard."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from pipeline.errors import StoreUnavailableError
+from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
+from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
+from pipeline.store.schema import ensure_shard_schema, shard_schema
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    chunk_id: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    chunk_id: str
+    zone: str
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+
+
+_HIT_COLUMNS = sql.SQL("chunk_id, zone, path, start_line, end_line, text")
+
+
+class ShardStore:
+    """Reads and writes one shard's ``documents`` and ``chunks`` tables.
+
+    Every write of a batch happens in one transaction, so a reader sees a document's old chunks or its new
+    ones, never a mix and never none (PostgreSQL MVCC: each statement reads one snapshot).
+    """
+
+    def __init__(self, pool: ConnectionPool, shard: int, *, dimensions: int) -> None:
+        self.pool = pool
+        self.shard = shard
+        self.dimensions = dimensions
+        self._schema = sql.Identifier(shard_schema(shard))
+
+    def _q(self, text: str) -> sql.Composed:
+        return sql.SQL(text).format(s=self._schema)
+
+    def ensure_schema(self) -> None:
+        with self._connection() as conn:
+            ensure_shard_schema(conn, self.shard, dimensions=self.dimensions)
+
+    # -- writes --------------------------------------------------------------------------------------
+    def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:
+        """Apply document changes in one transaction; a change older than what the shard holds is a no-op.
+
+        Rows are locked in ``(zone, path)`` order so that concurrent batches touching the same documents
+        queue behind each other instead of deadlocking.
+        """
+        latest: dict[tuple[str, str], DocumentChange] = {}
+        for change in changes:
+            held = latest.get(change.key)
+            if held is None or change.event.seq > held.event.seq:
+                latest[change.key] = change
+        keys = sorted(latest)
+        if not keys:
+            return []
+        zones = [k[0] for k in keys]
+        paths = [k[1] for k in keys]
+        with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            # A placeholder row (seq -1) gives a never-seen document something to lock; it is replaced
+            # below in the same transaction, so no reader ever sees it.
+            cur.execute(
+                self._q(
+                    "INSERT INTO {s}.documents (zone, path, seq, status) "
+                    "SELECT z, p, -1, 'pending' FROM unnest(%s::text[], %s::text[]) AS t(z, p) "
+                    "ORDER BY z, p ON CONFLICT (zone, path) DO NOTHING"
+                ),
+                (zones, paths),
+            )
+            cur.execute(
+                self._q(
+                    "SELECT d.zone, d.path, d.seq FROM {s}.documents d "
+                    "JOIN unnest(%s::text[], %s::text[]) AS t(z, p) ON d.zone = t.z AND d.path = t.p "
+                    "ORDER BY d.zone, d.path FOR UPDATE OF d"
+                ),
+                (zones, paths),
+            )
+            stored = {(z, p): int(seq) for z, p, seq in cur.fetchall()}
+            fresh = [latest[k] for k in keys if latest[k].event.seq > stored[k]]
+            if fresh:
+                self._replace(cur, fresh)
+        return [
+            ApplyOutcome(
+                key=k,
+                seq=latest[k].event.seq,
+                applied=latest[k].event.seq > stored[k],
+                stored_seq=None if stored[k] < 0 else stored[k],
+            )
+            for k in keys
+        ]
+
+    def _replace(self, cur: psycopg.Cursor[Any], fresh: list[DocumentChange]) -> None:
+        cur.execute(
+            self._q(
+                "DELETE FROM {s}.chunks c USING unnest(%s::text[], %s::text[]) AS t(z, p) "
+                "WHERE c.zone = t.z AND c.path = t.p"
+            ),
+            ([c.event.zone for c in fresh], [c.event.path for c in fresh]),
+        )
+        writes = [c for c in fresh if c.status is DocStatus.INDEXED and c.chunks]
+        if writes:
+            copy_sql = sql.SQL("COPY {s}.chunks ({cols}) FROM STDIN WITH (FORMAT BINARY)").format(
+                s=self._schema, cols=sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+            )
+            with cur.copy(copy_sql) as copy:
+                copy.set_types(list(CHUNK_TYPES))
+                for change in writes:
+                    for row in chunk_rows(change):
+                        copy.write_row(row)
+        cur.executemany(
+            self._q(
+                "UPDATE {s}.documents SET seq = %s, status = %s, content_hash = %s, event_id = %s, "
+                "size = %s, mime = %s, reason = %s, chunk_count = %s, token_count = %s, line_count = %s, "
+                "metadata = %s, updated_at = now() WHERE zone = %s AND path = %s"
+            ),
+            [
+                (
+                    c.event.seq,
+                    c.status.value,
+                    c.event.content_hash,
+                    c.event.event_id,
+                    c.event.size,
+                    c.event.mime,
+                    c.reason,
+                    len(c.chunks),
+                    sum(ch.token_count for ch in c.chunks),
+                    c.line_count,
+                    Jsonb(c.event.metadata) if c.event.metadata else None,
+                    c.event.zone,
+                    c.event.path,
+                )
+                for c in fresh
+            ],
+        )
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def document_seq(self, zone: str, path: str) -> int | None:
+        """The ``seq`` the shard holds for a document (tombstones included), or None if never seen."""
+        with self._connection() as conn:
+            row = conn.execute(
+                self._q("SELECT seq FROM {s}.documents WHERE zone = %s AND path = %s AND seq >= 0"),
+                (zone, path),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def vector_search(
+        self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, ef_search: int
+    ) -> list[VectorHit]:
+        """Nearest chunks of ``zone`` by cosine similarity, best first.
+
+        pgvector 0.6's HNSW scan filters by zone *after* the graph search, so a small zone inside a large
+        shard can come back short. When it does and the zone has more chunks than were returned, the
+        query is re-run as an exact scan: correct results first, speed second.
+        """
+        query = self._q(
+            "SELECT chunk_id, 1 - (embedding <=> %(e)s) FROM {s}.chunks WHERE zone = %(z)s "
+            "ORDER BY embedding <=> %(e)s LIMIT %(n)s"
+        )
+        params = {"e": embedding, "z": zone, "n": limit}
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(ef_search, limit)),))
+            rows = conn.execute(query, params).fetchall()
+            if len(rows) < limit:
+                available = conn.execute(
+                    self._q("SELECT count(*) FROM (SELECT 1 FROM {s}.chunks WHERE zone = %s LIMIT %s) t"),
+                    (zone, limit),
+                ).fetchone()
+                if available is not None and int(available[0]) > len(rows):
+                    conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
+                    rows = conn.execute(query, params).fetchall()
+        return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows]
+
+    def fetch_chunks(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
+        """Chunks by id, restricted to ``zone``. Ids of chunks that no longer exist (replaced since the
+        BM25 generation that returned them was built) are simply absent."""
+        if not chunk_ids:
+            return {}
+        with self._connection() as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT {cols} FROM {s}.chunks WHERE chunk_id = ANY(%s) AND zone = %s").format(
+                    cols=_HIT_COLUMNS, s=self._schema
+                ),
+                (list(chunk_ids), zone),
+            ).fetchall()
+        return {r[0]: ChunkRecord(*r) for r in rows}
+
+    def iter_lexical_rows(self, *, batch_size: int = 5000) -> Iterator[tuple[str, str, str]]:
+        """Every chunk's ``(chunk_id, zone, text)`` for a BM25 build, streamed by a server-side cursor
+        from one snapshot."""
+        with (
+            self._connection() as conn,
+            conn.transaction(),
+            conn.cursor(name=f"bm25_shard_{self.shard}") as cur,
+        ):
+            cur.itersize = batch_size
+            cur.execute(self._q("SELECT chunk_id, zone, text FROM {s}.chunks ORDER BY chunk_id"))
+            yield from cur
+
+    def zone_counts(self) -> list[dict[str, Any]]:
+        """Per zone: indexed, skipped and deleted documents, and chunks."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                self._q(
+                    "SELECT zone, count(*) FILTER (WHERE status = 'indexed'), "
+                    "count(*) FILTER (WHERE status = 'skipped'), count(*) FILTER (WHERE status = 'deleted'), "
+                    "coalesce(sum(chunk_count) FILTER (WHERE status = 'indexed'), 0) "
+                    "FROM {s}.documents WHERE seq >= 0 GROUP BY zone ORDER BY zone"
+                )
+            ).fetchall()
+        return [
+            {"zone": r[0], "documents": r[1], "skipped": r[2], "deleted": r[3], "chunks": int(r[4])}
+            for r in rows
+        ]
+
+    def skipped_documents(self, *, limit: int = 20) -> list[dict[str, Any]]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                self._q(
+                    "SELECT zone, path, reason, updated_at FROM {s}.documents WHERE status = 'skipped' "
+                    "ORDER BY updated_at DESC LIMIT %s"
+                ),
+                (limit,),
+            ).fetchall()
+        return [{"zone": r[0], "path": r[1], "reason": r[2], "at": r[3].isoformat()} for r in rows]
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; losing the database becomes a :class:`StoreUnavailableError` (retried)."""
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailableError(f"shard {self.shard} database unavailable: {exc}") from exc

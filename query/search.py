@@ -1,0 +1,159 @@
+"""Answering one search: fan out to every shard, merge each leg, fuse, hydrate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.embeddings import Embedder
+from pipeline.store import ChunkRecord
+from query.fusion import rrf
+from query.request import SearchRequest
+from query.shards import LegHit, ShardSearcher
+
+KEYWORD = "keyword"
+VECTOR = "vector"
+
+
+@dataclass(frozen=True, slots=True)
+class _Leg:
+    hits: list[tuple[int, LegHit]]  # (shard, hit), best first after merging
+    ms: float
+
+
+class SearchService:
+    """Stateless query logic over a set of shards: any instance can answer any query."""
+
+    def __init__(
+        self,
+        *,
+        shards: Sequence[ShardSearcher],
+        embedder: Embedder,
+        over_fetch: int = 3,
+        rrf_k: int = 60,
+    ) -> None:
+        self._shards = list(shards)
+        self._embedder = embedder
+        self._over_fetch = over_fetch
+        self._rrf_k = rrf_k
+        # Two legs per shard run at once; the pool lives as long as the service (one per worker process).
+        self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self._shards)), thread_name_prefix="shard")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def search(self, request: SearchRequest) -> dict[str, Any]:
+        started = time.perf_counter()
+        limit = request.k * self._over_fetch
+        timings: dict[str, float] = {}
+
+        embedding: npt.NDArray[np.float32] | None = None
+        if request.mode.uses_vector:
+            t = time.perf_counter()
+            embedding = self._embedder.embed_query(request.query)
+            timings["embed"] = _ms(t)
+
+        pending: dict[str, list[tuple[int, Future[tuple[list[LegHit], float]]]]] = {KEYWORD: [], VECTOR: []}
+        for shard in self._shards:
+            if request.mode.uses_keyword:
+                pending[KEYWORD].append(
+                    (shard.shard, self._pool.submit(_timed, shard.keyword, request.query, request.zone, limit))
+                )
+            if embedding is not None:
+                pending[VECTOR].append(
+                    (shard.shard, self._pool.submit(_timed, shard.vector, embedding, request.zone, limit))
+                )
+        legs = {name: _merge(futures, limit) for name, futures in pending.items() if futures}
+        for name, leg in legs.items():
+            timings[name] = leg.ms
+
+        t = time.perf_counter()
+        fused = rrf({name: [h.chunk_id for _, h in leg.hits] for name, leg in legs.items()}, k=self._rrf_k)
+        timings["fuse"] = _ms(t)
+
+        t = time.perf_counter()
+        located = {h.chunk_id: shard for leg in legs.values() for shard, h in leg.hits}
+        leg_scores = {name: {h.chunk_id: h.score for _, h in leg.hits} for name, leg in legs.items()}
+        records = self._hydrate([f.chunk_id for f in fused], located, request.zone)
+        timings["hydrate"] = _ms(t)
+
+        results: list[dict[str, Any]] = []
+        for hit in fused:
+            record = records.get(hit.chunk_id)
+            if record is None:  # replaced or deleted since its BM25 generation was built
+                continue
+            results.append(
+                {
+                    "rank": len(results) + 1,
+                    "chunk_id": record.chunk_id,
+                    "zone": record.zone,
+                    "path": record.path,
+                    "start_line": record.start_line,
+                    "end_line": record.end_line,
+                    "text": record.text,
+                    "score": hit.score,
+                    "keyword_score": leg_scores.get(KEYWORD, {}).get(hit.chunk_id),
+                    "vector_score": leg_scores.get(VECTOR, {}).get(hit.chunk_id),
+                    "keyword_rank": hit.ranks.get(KEYWORD),
+                    "vector_rank": hit.ranks.get(VECTOR),
+                    "shard": located[hit.chunk_id],
+                }
+            )
+            if len(results) == request.k:
+                break
+        timings["total"] = _ms(started)
+        return {
+            "query": request.query,
+            "zone": request.zone,
+            "mode": request.mode.value,
+            "k": request.k,
+            "results": results,
+            "timings_ms": {name: round(value, 3) for name, value in timings.items()},
+            "shards": {
+                "queried": len(self._shards),
+                "bm25_generations": {str(s.shard): s.generation() for s in self._shards},
+            },
+        }
+
+    def _hydrate(self, chunk_ids: list[str], located: dict[str, int], zone: str) -> dict[str, ChunkRecord]:
+        by_shard: dict[int, list[str]] = {}
+        for chunk_id in chunk_ids:
+            by_shard.setdefault(located[chunk_id], []).append(chunk_id)
+        searchers = {s.shard: s for s in self._shards}
+        futures = [self._pool.submit(searchers[shard].fetch, ids, zone=zone) for shard, ids in by_shard.items()]
+        records: dict[str, ChunkRecord] = {}
+        for future in futures:
+            records.update(future.result())
+        return records
+
+
+def _timed(fn: Any, *args: Any) -> tuple[list[LegHit], float]:
+    t = time.perf_counter()
+    hits = fn(args[0], zone=args[1], limit=args[2])
+    return hits, _ms(t)
+
+
+def _merge(futures: list[tuple[int, Future[tuple[list[LegHit], float]]]], limit: int) -> _Leg:
+    """One leg across shards: every shard's hits by score, best first, cut to ``limit``.
+
+    Raw BM25 scores are compared across shards as Elasticsearch does without DFS: each shard's IDF comes
+    from its own documents, which hash placement keeps statistically alike.
+    """
+    merged: list[tuple[int, LegHit]] = []
+    slowest = 0.0
+    for shard, future in futures:
+        hits, ms = future.result()
+        slowest = max(slowest, ms)
+        merged.extend((shard, hit) for hit in hits)
+    merged.sort(key=lambda item: (-item[1].score, item[1].chunk_id))
+    return _Leg(hits=merged[:limit], ms=slowest)
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000

@@ -1,0 +1,52 @@
+"""The query side's view of one shard: a keyword leg (bm25s), a vector leg (pgvector) and hydration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.lexical import LexicalShardReader
+from pipeline.store import ChunkRecord, ShardStore
+
+
+class LegHit(NamedTuple):
+    chunk_id: str
+    score: float
+
+
+class ShardSearcher(Protocol):
+    shard: int
+
+    def keyword(self, query: str, *, zone: str, limit: int) -> list[LegHit]: ...
+
+    def vector(self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int) -> list[LegHit]: ...
+
+    def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]: ...
+
+    def generation(self) -> int | None: ...
+
+
+class StoreShardSearcher:
+    """A shard served by its PostgreSQL store and its published bm25s index."""
+
+    def __init__(self, *, store: ShardStore, lexical: LexicalShardReader, ef_search: int) -> None:
+        self.shard = store.shard
+        self._store = store
+        self._lexical = lexical
+        self._ef_search = ef_search
+
+    def keyword(self, query: str, *, zone: str, limit: int) -> list[LegHit]:
+        return [LegHit(h.chunk_id, h.score) for h in self._lexical.search(query, zone=zone, k=limit)]
+
+    def vector(self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int) -> list[LegHit]:
+        hits = self._store.vector_search(embedding, zone=zone, limit=limit, ef_search=self._ef_search)
+        return [LegHit(h.chunk_id, h.score) for h in hits]
+
+    def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
+        return self._store.fetch_chunks(chunk_ids, zone=zone)
+
+    def generation(self) -> int | None:
+        return self._lexical.generation

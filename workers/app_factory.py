@@ -1,0 +1,54 @@
+"""Building the Celery application: broker, serialization, routing and delivery guarantees.
+
+Workers use the app of :mod:`workers.celery_app`; clients (the CLI, the publisher) build their own from
+the settings they were given.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue as KombuQueue
+
+from pipeline.settings import Settings
+from workers.names import TASK_QUEUES, Queue
+from workers.runtime import RuntimeHolder
+
+TASK_MODULES = (
+    "workers.tasks.ingest",
+    "workers.tasks.embed",
+    "workers.tasks.maintenance",
+    "workers.tasks.search",
+)
+
+
+def create_app(settings: Settings) -> Celery:
+    app = Celery("shardfuse", broker=settings.broker.url, backend=settings.broker.result_backend)
+    app.conf.update(
+        # JSON only: a pickle payload from a compromised publisher would be code execution on workers.
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        # A message is acknowledged after its effect is committed; a worker killed mid-task leaves it
+        # to be redelivered. Every task is idempotent, so running twice is harmless.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        # Long tasks: take one message at a time so a busy process does not hoard the queue.
+        worker_prefetch_multiplier=1,
+        task_queues=[KombuQueue(q.value, routing_key=q.value) for q in Queue],
+        task_default_queue=Queue.INGEST.value,
+        task_routes={task.value: {"queue": queue.value, "routing_key": queue.value}
+                     for task, queue in TASK_QUEUES.items()},
+        broker_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s},
+        result_backend_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s},
+        result_expires=3600,
+        broker_connection_retry_on_startup=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        include=list(TASK_MODULES),
+    )
+    app.shardfuse_settings = settings  # type: ignore[attr-defined]
+    app.shardfuse_runtime = RuntimeHolder(settings)  # type: ignore[attr-defined]
+    return app
+

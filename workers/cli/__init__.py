@@ -1,0 +1,1 @@
+"""The ``shardfuse`` command line."""

@@ -1,0 +1,72 @@
+"""``shardfuse publish`` and ``shardfuse delete``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from pipeline.cas import LocalContentStore
+from pipeline.errors import PermanentError
+from pipeline.publisher import Publisher
+from pipeline.settings import Settings
+from pipeline.sources import iter_source_files
+from workers.publishing import CeleryEventSink
+
+
+def register(sub: Any) -> None:
+    publish = sub.add_parser("publish", help="publish files and directories (recursively, honouring .gitignore)")
+    publish.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    publish.add_argument("--zone", required=True, help="the zone (tenant) to index into")
+    publish.set_defaults(handler=run_publish)
+
+    delete = sub.add_parser("delete", help="publish deletes for document paths (files and directories)")
+    delete.add_argument("paths", nargs="+", metavar="PATH",
+                        help="document paths as published; a local directory deletes the files under it")
+    delete.add_argument("--zone", required=True)
+    delete.set_defaults(handler=run_delete)
+
+
+def run_publish(args: argparse.Namespace, settings: Settings) -> int:
+    files = list(iter_source_files(args.paths))
+    with CeleryEventSink.connect(settings) as sink:
+        publisher = Publisher(cas=LocalContentStore(settings.cas_root), sink=sink)
+        total = 0
+        failed: list[str] = []
+        for source in tqdm(files, desc=f"publishing to zone {args.zone}", unit="file",
+                           disable=not sys.stderr.isatty() and not files):
+            try:
+                data = source.path.read_bytes()
+            except OSError as exc:
+                failed.append(f"{source.name}: {exc.strerror or exc}")
+                continue
+            try:
+                publisher.write(zone=args.zone, path=source.name, data=data)
+            except (PermanentError, ValueError) as exc:
+                failed.append(f"{source.name}: {exc}")
+                continue
+            total += len(data)
+    print(f"published {len(files) - len(failed)} file(s), {total:,} bytes, to zone {args.zone!r}")
+    for line in failed:
+        print(f"  not published: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def run_delete(args: argparse.Namespace, settings: Settings) -> int:
+    names: list[str] = []
+    for raw in args.paths:
+        local = Path(raw)
+        # An existing local file or directory names what it holds; anything else is a document path.
+        if local.exists():
+            names.extend(f.name for f in iter_source_files([local]))
+        else:
+            names.append(raw)
+    with CeleryEventSink.connect(settings) as sink:
+        publisher = Publisher(cas=LocalContentStore(settings.cas_root), sink=sink)
+        for name in tqdm(names, desc=f"deleting from zone {args.zone}", unit="file"):
+            publisher.delete(zone=args.zone, path=name)
+    print(f"published {len(names)} delete(s) to zone {args.zone!r}")
+    return 0

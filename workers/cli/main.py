@@ -1,0 +1,54 @@
+"""``shardfuse``: run the embedded stack, publish, search and watch the index."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from pipeline.errors import ShardfuseError
+from pipeline.settings import Settings, load_settings
+from workers.cli import content, operations, querying
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardfuse",
+        description="Hybrid (BM25 + pgvector) search index kept in step with a content-addressed store.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="TOML settings file (environment variables still win)")
+    parser.add_argument("--data-dir", metavar="DIR", help="where the embedded stack keeps its data")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    operations.register(sub)
+    content.register(sub)
+    querying.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.data_dir:
+        # Through the environment, so that every process the stack starts uses the same folder.
+        os.environ["SHARDFUSE_DATA_DIR"] = os.path.abspath(args.data_dir)
+    try:
+        settings = load_settings(args.config)
+        command: Command = args.handler
+        return command(args, settings)
+    except ShardfuseError as exc:
+        print(f"shardfuse {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"shardfuse {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

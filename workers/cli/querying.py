@@ -1,0 +1,76 @@
+"""``shardfuse search``: the thin RPC through the broker to a query worker."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from celery.exceptions import TimeoutError as CeleryTimeout
+
+from pipeline.errors import StoreUnavailableError
+from pipeline.settings import Settings
+from query.request import Mode
+from workers.app_factory import create_app
+from workers.names import Task
+
+
+def register(sub: Any) -> None:
+    search = sub.add_parser("search", help="search a zone through the shardfuse.search RPC task")
+    search.add_argument("query")
+    search.add_argument("--zone", required=True)
+    search.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.HYBRID.value)
+    search.add_argument("-k", type=int, default=10, help="number of results (default 10)")
+    search.add_argument("--json", action="store_true", help="print the task's JSON answer")
+    search.set_defaults(handler=run_search)
+
+
+def remote_search(settings: Settings, **kwargs: Any) -> dict[str, Any]:
+    """Call ``shardfuse.search`` on a query worker and wait for its answer."""
+    app = create_app(settings)
+    timeout = settings.query.rpc_timeout_s
+    # expires: a query nobody waits for any more is dropped instead of answered late.
+    result = app.send_task(Task.SEARCH.value, kwargs=kwargs, expires=timeout)
+    try:
+        answer: dict[str, Any] = result.get(timeout=timeout)
+    except CeleryTimeout as exc:
+        raise StoreUnavailableError(
+            f"no query worker answered within {timeout:g}s (is the stack up? try `shardfuse status`)"
+        ) from exc
+    finally:
+        result.forget()
+    return answer
+
+
+def run_search(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        answer = remote_search(settings, query=args.query, zone=args.zone, k=args.k, mode=args.mode)
+    except StoreUnavailableError:
+        raise
+    except Exception as exc:  # the worker's exception, rebuilt by Celery: print it as the user's error
+        print(f"shardfuse search: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(answer, ensure_ascii=False))
+        return 0
+    print(format_results(answer))
+    return 0
+
+
+def format_results(answer: dict[str, Any], *, snippet_chars: int = 160) -> str:
+    results = answer["results"]
+    timings = answer["timings_ms"]
+    lines = [f"{len(results)} result(s) for {answer['query']!r} in zone {answer['zone']!r} "
+             f"({answer['mode']}, {timings.get('total', 0):.1f} ms)"]
+    for hit in results:
+        legs = ", ".join(
+            f"{name} #{hit[f'{name}_rank']}" for name in ("keyword", "vector") if hit.get(f"{name}_rank")
+        )
+        lines.append(f"{hit['rank']:>3}. {hit['path']}:{hit['start_line']}-{hit['end_line']}  "
+                     f"score {hit['score']:.4f}  [{legs}]")
+        snippet = " ".join(hit["text"].split())
+        if len(snippet) > snippet_chars:
+            snippet = snippet[: snippet_chars - 1] + "…"
+        lines.append(f"     {snippet}")
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""Read-only views of the running system: queue depths, in-flight work, index freshness, shard counts.
+
+Reads the broker's Redis directly (kombu's Redis transport layout: one list per queue and priority, and
+the ``unacked`` hash of delivered-but-unacknowledged messages), so it works with no worker running.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from pipeline.freshness import Bm25Freshness
+from pipeline.lexical import read_manifest
+from pipeline.settings import Settings
+from workers.names import PIPELINE_QUEUES, Queue
+
+_PRIORITY_SEP = "\x06\x16"
+_PRIORITY_STEPS = (0, 3, 6, 9)
+
+
+def broker_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(settings.broker.url, socket_connect_timeout=5, socket_timeout=10)
+
+
+def queue_depths(client: redis.Redis) -> dict[str, int]:
+    """Messages waiting in each queue (all priorities)."""
+    pipe = client.pipeline()
+    for queue in Queue:
+        for step in _PRIORITY_STEPS:
+            pipe.llen(queue.value if step == 0 else f"{queue.value}{_PRIORITY_SEP}{step}")
+    sizes = pipe.execute()
+    steps = len(_PRIORITY_STEPS)
+    return {q.value: sum(sizes[i * steps:(i + 1) * steps]) for i, q in enumerate(Queue)}
+
+
+def unacked_by_queue(client: redis.Redis) -> dict[str, int]:
+    """Messages delivered to a worker and not yet acknowledged (running, prefetched or waiting for an
+    ETA/countdown), per queue."""
+    counts: Counter[str] = Counter()
+    for raw in client.hvals("unacked"):
+        try:
+            _, _, routing_key = json.loads(raw)
+        except (ValueError, TypeError):
+            continue
+        counts[str(routing_key)] += 1
+    return {q.value: counts.get(q.value, 0) for q in Queue}
+
+
+def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
+    """Per shard: the published generation and whether it includes every committed write."""
+    tracker = Bm25Freshness(client)
+    rows = []
+    for shard in range(settings.shards):
+        manifest = read_manifest(settings.bm25_root, shard)
+        dirty = tracker.dirty_version(shard)
+        built = manifest.built_version if manifest else 0
+        rows.append(
+            {
+                "shard": shard,
+                "generation": manifest.generation if manifest else None,
+                "documents": manifest.doc_count if manifest else 0,
+                "built_version": built,
+                "dirty_version": dirty,
+                "current": built >= dirty,
+            }
+        )
+    return rows
+
+
+def pending_work(settings: Settings, client: redis.Redis) -> dict[str, Any]:
+    depths = queue_depths(client)
+    unacked = unacked_by_queue(client)
+    pending = {q.value: depths[q.value] + unacked[q.value] for q in PIPELINE_QUEUES}
+    stale = [row["shard"] for row in bm25_freshness(settings, client) if not row["current"]]
+    return {"pending": pending, "stale_shards": stale, "idle": not any(pending.values()) and not stale}
+
+
+def wait_until_indexed(
+    settings: Settings,
+    *,
+    timeout: float,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    reschedule: Callable[[int], None] | None = None,
+    poll_s: float = 0.25,
+) -> bool:
+    """Block until every published event is indexed and searchable: the pipeline queues hold nothing
+    (waiting or in flight) and every shard's BM25 generation includes every committed write.
+
+    ``reschedule(shard)`` is called for a shard that stays stale with no maintenance work anywhere, which
+    can only mean its rebuild message was lost; it should publish a rebuild.
+    """
+    client = broker_client(settings)
+    deadline = time.monotonic() + timeout
+    stale_since: dict[int, float] = {}
+    grace = settings.bm25.rebuild_debounce_s + 5
+    while True:
+        state = pending_work(settings, client)
+        if on_progress is not None:
+            on_progress(state)
+        if state["idle"]:
+            return True
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        maintenance_idle = state["pending"][Queue.MAINTENANCE.value] == 0
+        for shard in state["stale_shards"]:
+            first = stale_since.setdefault(shard, now)
+            if reschedule is not None and maintenance_idle and now - first > grace:
+                reschedule(shard)
+                stale_since[shard] = now
+        time.sleep(poll_s)

@@ -1,0 +1,200 @@
+"""Per-process resources of a worker: database pools, stores, the embedder, the batcher, the searcher.
+
+Built lazily on first use and eagerly in the worker's start-up signals (never at import), once per
+process: a prefork child builds its own after the fork, because pooled sockets must not cross a fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import redis
+from celery import Celery, signals
+from celery.concurrency.prefork import TaskPool as PreforkPool
+
+from pipeline.batching import EmbedBatcher
+from pipeline.cas import LocalContentStore
+from pipeline.embeddings import Embedder, build_embedder
+from pipeline.freshness import Bm25Freshness
+from pipeline.lexical import LexicalShardReader
+from pipeline.settings import Settings
+from pipeline.store import ShardStore, open_pool
+from pipeline.store.schema import ensure_shared_schema
+from pipeline.tokens import TokenCounter
+from query.search import SearchService
+from query.shards import StoreShardSearcher
+from workers.names import Queue
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class WorkerRuntime:
+    """Everything one worker process needs, each piece created on first use under a lock."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.RLock()
+        self._pools: dict[str, Any] = {}
+
+    def _once(self, name: str, build: Callable[[], T]) -> T:
+        with self._lock:
+            if name not in self.__dict__:
+                self.__dict__[name] = build()
+            return self.__dict__[name]  # type: ignore[no-any-return]
+
+    @property
+    def stores(self) -> list[ShardStore]:
+        return self._once("_stores", self._build_stores)
+
+    def _pool_for(self, dsn: str) -> Any:
+        with self._lock:
+            if dsn not in self._pools:
+                pg = self.settings.postgres
+                self._pools[dsn] = open_pool(dsn, min_size=pg.pool_min_size, max_size=pg.pool_max_size)
+            return self._pools[dsn]
+
+    def _build_stores(self) -> list[ShardStore]:
+        stores = []
+        for shard in range(self.settings.shards):
+            pool = self._pool_for(self.settings.shard_dsn(shard))
+            store = ShardStore(pool, shard, dimensions=self.settings.embedder.dimensions)
+            store.ensure_schema()
+            stores.append(store)
+        return stores
+
+    @property
+    def shared_pool(self) -> Any:
+        """The pool of the database holding shared tables (dead letters), which it creates if missing."""
+
+        def build() -> Any:
+            pool = self._pool_for(self.settings.postgres.dsn)
+            with pool.connection() as conn:
+                ensure_shared_schema(conn)
+            return pool
+
+        return self._once("_shared_pool", build)
+
+    @property
+    def cas(self) -> LocalContentStore:
+        return self._once("_cas", lambda: LocalContentStore(self.settings.cas_root))
+
+    @property
+    def counter(self) -> TokenCounter:
+        return self._once("_counter", lambda: TokenCounter(self.settings.chunking.encoding))
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._once("_embedder", lambda: build_embedder(self.settings.embedder))
+
+    @property
+    def redis(self) -> redis.Redis:
+        return self._once("_redis", lambda: redis.Redis.from_url(self.settings.broker.url))
+
+    @property
+    def freshness(self) -> Bm25Freshness:
+        return self._once("_freshness", lambda: Bm25Freshness(self.redis))
+
+    @property
+    def batcher(self) -> EmbedBatcher:
+        emb = self.settings.embedder
+        return self._once(
+            "_batcher",
+            lambda: EmbedBatcher(
+                embedder=self.embedder,
+                stores=self.stores,
+                max_chunks=emb.batch_size * 4,
+                max_wait_s=emb.batch_wait_ms / 1000,
+                request_size=emb.batch_size,
+            ),
+        )
+
+    @property
+    def searcher(self) -> SearchService:
+        def build() -> SearchService:
+            q = self.settings.query
+            shards = [
+                StoreShardSearcher(
+                    store=store,
+                    lexical=LexicalShardReader(self.settings.bm25_root, store.shard),
+                    ef_search=q.hnsw_ef_search,
+                )
+                for store in self.stores
+            ]
+            return SearchService(shards=shards, embedder=self.embedder, over_fetch=q.over_fetch, rrf_k=q.rrf_k)
+
+        return self._once("_searcher", build)
+
+    def warm_up(self, queues: Iterable[str]) -> None:
+        """Create what the given queues' tasks need, so the first task does not pay for it."""
+        needs: dict[str, tuple[str, ...]] = {
+            Queue.INGEST: ("stores", "shared_pool", "cas", "counter", "freshness"),
+            Queue.EMBED: ("stores", "shared_pool", "embedder", "batcher", "freshness"),
+            Queue.MAINTENANCE: ("stores", "shared_pool", "freshness"),
+            Queue.QUERY: ("searcher",),
+        }
+        for queue in queues:
+            for name in needs.get(queue, ()):
+                getattr(self, name)
+        log.info("worker runtime ready for queues %s (pid %d)", ",".join(queues), os.getpid())
+
+    def close(self) -> None:
+        with self._lock:
+            for name in ("_batcher", "_searcher"):
+                if name in self.__dict__:
+                    self.__dict__.pop(name).close()
+            for pool in self._pools.values():
+                pool.close()
+            self._pools.clear()
+            self.__dict__.pop("_stores", None)
+            self.__dict__.pop("_shared_pool", None)
+
+
+class RuntimeHolder:
+    """Hands each process its own :class:`WorkerRuntime` (rebuilt after a fork)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._runtime: WorkerRuntime | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def get(self) -> WorkerRuntime:
+        with self._lock:
+            if self._runtime is None or self._pid != os.getpid():
+                self._runtime = WorkerRuntime(self._settings)
+                self._pid = os.getpid()
+            return self._runtime
+
+    def close(self) -> None:
+        with self._lock:
+            if self._runtime is not None and self._pid == os.getpid():
+                self._runtime.close()
+            self._runtime = None
+
+
+def _consumed_queues(app: Celery) -> list[str]:
+    return sorted(app.amqp.queues.consume_from or app.amqp.queues)
+
+
+def connect_signals(app: Celery) -> None:
+    holder: RuntimeHolder = app.shardfuse_runtime  # type: ignore[attr-defined]
+
+    @signals.worker_process_init.connect(weak=False)
+    def _child_started(**_: Any) -> None:
+        holder.get().warm_up(_consumed_queues(app))
+
+    @signals.worker_ready.connect(weak=False)
+    def _worker_ready(sender: Any = None, **_: Any) -> None:
+        # Prefork children warm up in worker_process_init; thread and solo pools run tasks right here.
+        if not isinstance(getattr(sender, "pool", None), PreforkPool):
+            holder.get().warm_up(_consumed_queues(app))
+
+    @signals.worker_process_shutdown.connect(weak=False)
+    @signals.worker_shutdown.connect(weak=False)
+    def _stopping(**_: Any) -> None:
+        holder.close()

@@ -1,0 +1,107 @@
+"""``shardfuse status``: everything an operator checks first, gathered in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import redis
+
+from pipeline.deadletters import dead_letter_count
+from pipeline.errors import ShardfuseError
+from pipeline.settings import Settings
+from pipeline.store import ShardStore, open_pool
+from workers import monitor
+from workers.stack import StackState
+
+
+def collect_status(settings: Settings, *, state: StackState | None) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "broker_url": settings.broker.url,
+        "flower_url": state.flower_url if state else None,
+        "data_dir": str(settings.data_path),
+        "shards": settings.shards,
+        "processes": _processes(state),
+    }
+    try:
+        client = monitor.broker_client(settings)
+        status["queues"] = {
+            "waiting": monitor.queue_depths(client),
+            "in_flight": monitor.unacked_by_queue(client),
+        }
+        status["bm25"] = monitor.bm25_freshness(settings, client)
+    except redis.RedisError as exc:
+        status["broker_error"] = str(exc)
+    try:
+        status.update(_database_status(settings))
+    except (psycopg.Error, ShardfuseError) as exc:
+        status["database_error"] = str(exc)
+    return status
+
+
+def _processes(state: StackState | None) -> dict[str, Any]:
+    if state is None:
+        return {}
+    alive = state.alive()
+    return {name: {"pid": comp.pid, "alive": name in alive, "log": str(comp.log)}
+            for name, comp in state.components.items()}
+
+
+def _database_status(settings: Settings) -> dict[str, Any]:
+    pools: dict[str, Any] = {}
+    try:
+        shards = []
+        skipped: list[dict[str, Any]] = []
+        for shard in range(settings.shards):
+            dsn = settings.shard_dsn(shard)
+            pool = pools.get(dsn) or pools.setdefault(dsn, open_pool(dsn, min_size=1, max_size=2))
+            store = ShardStore(pool, shard, dimensions=settings.embedder.dimensions)
+            try:
+                zones = store.zone_counts()
+                skipped.extend({"shard": shard, **row} for row in store.skipped_documents(limit=10))
+            except psycopg.errors.UndefinedTable:
+                zones = []  # no worker has created this shard's tables yet
+            shards.append({"shard": shard, "zones": zones})
+        shared = pools.get(settings.postgres.dsn) or pools.setdefault(
+            settings.postgres.dsn, open_pool(settings.postgres.dsn, min_size=1, max_size=2))
+        try:
+            dead = dead_letter_count(shared)
+        except psycopg.errors.UndefinedTable:
+            dead = 0
+        return {"shard_counts": shards, "skipped": skipped, "dead_letters": dead}
+    finally:
+        for pool in pools.values():
+            pool.close()
+
+
+def format_status(status: dict[str, Any]) -> str:
+    lines = [
+        f"broker   {status['broker_url']}",
+        f"flower   {status['flower_url'] or '(not started by shardfuse up)'}",
+        f"data     {status['data_dir']}",
+    ]
+    if status.get("broker_error"):
+        lines.append(f"broker unreachable: {status['broker_error']}")
+    if "queues" in status:
+        lines.append("queues   " + "  ".join(
+            f"{q}: {n} waiting, {status['queues']['in_flight'][q]} in flight"
+            for q, n in status["queues"]["waiting"].items()))
+    for row in status.get("bm25", []):
+        fresh = "current" if row["current"] else "rebuild pending"
+        lines.append(f"bm25     shard {row['shard']}: generation {row['generation']}, "
+                     f"{row['documents']} chunks, {fresh}")
+    if status.get("database_error"):
+        lines.append(f"database unreachable: {status['database_error']}")
+    for shard in status.get("shard_counts", []):
+        if not shard["zones"]:
+            lines.append(f"shard {shard['shard']}  (empty)")
+        for zone in shard["zones"]:
+            lines.append(f"shard {shard['shard']}  zone {zone['zone']}: {zone['documents']} documents, "
+                         f"{zone['chunks']} chunks, {zone['skipped']} skipped, {zone['deleted']} deleted")
+    if "dead_letters" in status:
+        lines.append(f"dead letters: {status['dead_letters']}")
+    for row in status.get("skipped", []):
+        lines.append(f"skipped  [{row['zone']}] {row['path']}: {row['reason']}")
+    for name, proc in status.get("processes", {}).items():
+        lines.append(f"process  {name:<20} pid {proc['pid']:<8} {'running' if proc['alive'] else 'DEAD'}")
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""What every pipeline task shares: its runtime, and turning failures into retries or dead letters."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from pipeline.deadletters import record_dead_letter
+from pipeline.errors import PermanentError, TransientError
+from workers.names import Task as TaskName
+from workers.runtime import WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+# Failures worth another try. Anything else unexpected is treated as transient too (bounded by the retry
+# budget): a bug dead-letters after a few tries instead of vanishing.
+RETRYABLE = (TransientError, SoftTimeLimitExceeded, FutureTimeout, ConnectionError, TimeoutError)
+
+
+class PipelineTask(Task):  # type: ignore[misc]
+    """Base of the ingest, embed and maintenance tasks."""
+
+    abstract = True
+    ignore_result = True
+
+    @property
+    def runtime(self) -> WorkerRuntime:
+        return self.app.shardfuse_runtime.get()  # type: ignore[no-any-return]
+
+    def guarded(self, payload: dict[str, Any], work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run ``work``; retry transient failures with exponential backoff, dead-letter the rest.
+
+        A retry re-publishes the message before the original is acknowledged, so nothing is lost between.
+        """
+        settings = self.runtime.settings
+        try:
+            return work()
+        except PermanentError as exc:
+            return self._dead_letter(payload, exc)
+        except Exception as exc:
+            attempts = self.request.retries + 1
+            if attempts > settings.workers.max_retries:
+                return self._dead_letter(payload, exc)
+            countdown = min(60, 2 ** self.request.retries)
+            log.warning("%s failed (attempt %d), retrying in %ds: %r", self.name, attempts, countdown, exc)
+            raise self.retry(exc=exc, countdown=countdown, max_retries=settings.workers.max_retries) from exc
+
+    def _dead_letter(self, payload: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+        reason = str(exc) or exc.__class__.__name__
+        attempts = self.request.retries + 1
+        dead_id = record_dead_letter(
+            self.runtime.shared_pool,
+            task=self.name,
+            payload=payload,
+            error_class=f"{exc.__class__.__module__}.{exc.__class__.__qualname__}",
+            reason=reason,
+            attempts=attempts,
+        )
+        log.error("%s dead-lettered as #%d after %d attempt(s): %s", self.name, dead_id, attempts, reason)
+        return {"result": "dead_letter", "dead_letter_id": dead_id, "reason": reason}
+
+    def schedule_bm25(self, shard: int) -> None:
+        """After a commit to ``shard``: make sure a (debounced) BM25 rebuild will follow."""
+        runtime = self.runtime
+        if runtime.freshness.mark_dirty(shard):
+            self.app.send_task(
+                TaskName.BM25_REBUILD.value,
+                kwargs={"shard": shard},
+                countdown=runtime.settings.bm25.rebuild_debounce_s,
+            )

@@ -1,0 +1,21 @@
+"""Queue ``query``: the thin RPC task ``shardfuse.search``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task as CeleryTask
+
+from query.request import SearchRequest
+from workers.celery_app import app
+from workers.names import Task
+
+_settings = app.shardfuse_settings
+_limits = _settings.workers.query_limits
+
+
+@app.task(name=Task.SEARCH.value, bind=True, soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
+def search(self: CeleryTask, query: Any, zone: Any, k: Any = 10, mode: Any = "hybrid") -> dict[str, Any]:
+    """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception."""
+    request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, max_k=_settings.query.max_k)
+    return self.app.shardfuse_runtime.get().searcher.search(request)  # type: ignore[no-any-return]
