@@ -1,0 +1,115 @@
+"""One real embedded stack per test session: Redis, PostgreSQL + pgvector, the four Celery worker pools
+and Flower, on free loopback ports in a temporary folder, started by ``workers.stack.up`` and stopped by
+``workers.stack.down`` (which must leave no process behind)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from pipeline.cas import LocalContentStore
+from pipeline.publisher import Publisher
+from pipeline.settings import Settings, load_settings
+from workers import monitor
+from workers.cli.querying import remote_search
+from workers.publishing import CeleryEventSink
+from workers.stack import StackState, down, up
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    state: StackState
+    env: dict[str, str]
+
+    def publisher(self) -> Any:
+        """A context manager yielding a Publisher bound to this stack."""
+        return _PublisherContext(self.settings)
+
+    def wait(self, timeout: float = 120) -> None:
+        assert monitor.wait_until_indexed(self.settings, timeout=timeout), "pipeline did not drain in time"
+
+    def search(self, query: str, zone: str, **kwargs: Any) -> dict[str, Any]:
+        return remote_search(self.settings, query=query, zone=zone, **kwargs)
+
+    def cli(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "workers.cli.main", *args],
+            env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"shardfuse {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+
+class _PublisherContext:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._cm: Any = None
+
+    def __enter__(self) -> Publisher:
+        self._cm = CeleryEventSink.connect(self._settings)
+        sink = self._cm.__enter__()
+        return Publisher(cas=LocalContentStore(self._settings.cas_root), sink=sink)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._cm.__exit__(*exc)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    data_dir = tmp_path_factory.mktemp("stack")
+    redis_port, pg_port, flower_port = _free_port(), _free_port(), _free_port()
+    overrides = {
+        "SHARDFUSE_DATA_DIR": str(data_dir),
+        "SHARDFUSE_BROKER__URL": f"redis://127.0.0.1:{redis_port}/0",
+        "SHARDFUSE_BROKER__RESULT_BACKEND": f"redis://127.0.0.1:{redis_port}/1",
+        "SHARDFUSE_POSTGRES__DSN": f"postgresql://postgres@127.0.0.1:{pg_port}/shardfuse",
+        "SHARDFUSE_STACK__FLOWER_PORT": str(flower_port),
+        "SHARDFUSE_EMBEDDER__PROVIDER": "hashing",
+        "SHARDFUSE_BM25__REBUILD_DEBOUNCE_S": "0.2",
+        "SHARDFUSE_SHARDS": "2",
+    }
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)  # the worker processes inherit these
+    settings = load_settings()
+    state = up(settings, progress=lambda line: None, timeout=180)
+    try:
+        yield Stack(settings=settings, state=state, env=dict(os.environ))
+    finally:
+        pids = [c.pid for c in state.components.values()]
+        children = []
+        for pid in pids:
+            try:
+                children.extend(p.pid for p in psutil.Process(pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+        stopped = down(settings, timeout=30)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        time.sleep(0.5)
+        left = [pid for pid in pids + children if psutil.pid_exists(pid)
+                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert set(stopped) == set(state.components), f"down stopped {stopped}"
+        assert not left, f"processes left behind after down: {left}"

@@ -1,0 +1,200 @@
+"""The whole path on the real embedded stack: publish → ingest → embed → shards → search RPC."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from base64 import b64encode
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+
+
+def _paths(answer: dict) -> list[str]:
+    return [hit["path"] for hit in answer["results"]]
+
+
+def test_300_published_documents_are_all_searchable(stack: Stack) -> None:
+    zone = "bulk"
+    with stack.publisher() as publisher:
+        for i in range(300):
+            text = f"Document number {i}.\nIts marker word is zq{i:04d}marker and nothing else.\n"
+            publisher.write(zone=zone, path=f"docs/doc_{i:04d}.txt", data=text.encode())
+    stack.wait()
+    for i in range(300):
+        answer = stack.search(f"zq{i:04d}marker", zone, k=3, mode="keyword")
+        assert _paths(answer)[:1] == [f"docs/doc_{i:04d}.txt"], answer
+    # The vector leg answers too, from pgvector, for the same documents.
+    answer = stack.search("zq0150marker", zone, k=5, mode="semantic")
+    assert "docs/doc_0150.txt" in _paths(answer)
+
+    with psycopg.connect(stack.settings.postgres.dsn) as conn:
+        docs = sum(conn.execute(
+            f"SELECT count(*) FROM shard_{s}.documents WHERE zone = %s AND status = 'indexed'", (zone,)
+        ).fetchone()[0] for s in range(stack.settings.shards))
+        per_shard = [conn.execute(f"SELECT count(*) FROM shard_{s}.documents WHERE zone = %s", (zone,))
+                     .fetchone()[0] for s in range(stack.settings.shards)]
+    assert docs == 300
+    assert all(n > 0 for n in per_shard), per_shard  # hash placement uses every shard
+
+
+def test_results_carry_lines_scores_and_leg_ranks(stack: Stack) -> None:
+    zone = "shape"
+    body = "\n".join(f"line {n} filler text" for n in range(1, 40)) + "\nthe needle is hidden here xylophone\n"
+    with stack.publisher() as publisher:
+        publisher.write(zone=zone, path="notes/needle.md", data=body.encode())
+    stack.wait()
+    answer = stack.search("xylophone needle", zone, k=5)
+    top = answer["results"][0]
+    assert top["path"] == "notes/needle.md" and top["zone"] == zone
+    assert top["start_line"] <= 40 <= top["end_line"]
+    assert "xylophone" in top["text"]
+    assert top["keyword_rank"] == 1 and top["vector_rank"] is not None and top["score"] > 0
+    assert set(answer["timings_ms"]) >= {"keyword", "vector", "fuse", "hydrate", "total"}
+
+
+def test_updated_document_returns_only_its_new_text(stack: Stack) -> None:
+    zone = "update"
+    with stack.publisher() as publisher:
+        publisher.write(zone=zone, path="a.txt", data=b"the original wording mentions walrusoldterm")
+        publisher.write(zone=zone, path="other.txt", data=b"an unrelated neighbour document")
+    stack.wait()
+    assert _paths(stack.search("walrusoldterm", zone, mode="keyword")) == ["a.txt"]
+
+    with stack.publisher() as publisher:
+        publisher.write(zone=zone, path="a.txt", data=b"the rewritten wording mentions narwhalnewterm")
+    stack.wait()
+    for mode in ("keyword", "semantic", "hybrid"):
+        for hit in stack.search("walrusoldterm", zone, mode=mode)["results"]:
+            assert "walrusoldterm" not in hit["text"], (mode, hit)
+    new = stack.search("narwhalnewterm", zone, mode="keyword")["results"]
+    assert [h["path"] for h in new] == ["a.txt"] and "narwhalnewterm" in new[0]["text"]
+
+
+def test_deleted_document_is_gone_and_a_late_older_write_cannot_resurrect_it(stack: Stack) -> None:
+    zone = "delete"
+    with stack.publisher() as publisher:
+        publisher.write(zone=zone, path="gone.txt", data=b"ephemeral platypusterm content", seq=10)
+        publisher.write(zone=zone, path="kept.txt", data=b"durable platypusterm content", seq=10)
+    stack.wait()
+    assert sorted(_paths(stack.search("platypusterm", zone, mode="keyword"))) == ["gone.txt", "kept.txt"]
+
+    with stack.publisher() as publisher:
+        publisher.delete(zone=zone, path="gone.txt", seq=20)
+    stack.wait()
+    with stack.publisher() as publisher:  # delivered after the delete, but older than it
+        publisher.write(zone=zone, path="gone.txt", data=b"stale platypusterm resurrection", seq=15)
+    stack.wait()
+    for mode in ("keyword", "semantic", "hybrid"):
+        assert _paths(stack.search("platypusterm", zone, mode=mode)) == ["kept.txt"], mode
+
+
+def test_binary_file_is_recorded_as_skipped_while_the_rest_index(stack: Stack) -> None:
+    zone = "binary"
+    with stack.publisher() as publisher:
+        publisher.write(zone=zone, path="image.png", data=b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+        publisher.write(zone=zone, path="bad.txt", data=b"caf\xe9 latin-1 bytes \xff\xfe wombatterm")
+        publisher.write(zone=zone, path="good.txt", data=b"plain text about wombatterm")
+    stack.wait()
+    assert _paths(stack.search("wombatterm", zone, mode="keyword")) == ["good.txt"]
+    status = json.loads(stack.cli("status", "--json").stdout)
+    skipped = {row["path"]: row["reason"] for row in status["skipped"] if row["zone"] == zone}
+    assert set(skipped) == {"image.png", "bad.txt"}
+    assert "binary" in skipped["image.png"] and "UTF-8" in skipped["bad.txt"]
+
+
+def test_zone_a_never_sees_zone_b(stack: Stack) -> None:
+    with stack.publisher() as publisher:
+        for i in range(30):
+            publisher.write(zone="b", path=f"b/{i}.txt", data=f"shared ocelotterm words, b copy {i}".encode())
+        publisher.write(zone="a", path="a/only.txt", data=b"shared ocelotterm words, a copy")
+        publisher.write(zone="b", path="b/secret.txt", data=b"capybarasecret appears only in zone b")
+    stack.wait()
+    for mode in ("keyword", "semantic", "hybrid"):
+        answer = stack.search("shared ocelotterm words", "a", k=20, mode=mode)
+        assert {h["zone"] for h in answer["results"]} == {"a"}, mode
+        assert _paths(answer) == ["a/only.txt"], mode
+        assert all(h["zone"] == "a" for h in stack.search("capybarasecret", "a", mode=mode)["results"])
+    assert _paths(stack.search("capybarasecret", "b", mode="keyword")) == ["b/secret.txt"]
+
+
+def test_cli_publish_wait_search_as_a_new_user(stack: Stack, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "build").mkdir()
+    (project / ".gitignore").write_text("build/\n*.log\n")
+    (project / "src" / "tokenizer.py").write_text(
+        "def split_camel_case(identifier):\n    '''Split camelCase identifiers into words.'''\n    return []\n"
+    )
+    (project / "src" / "storage.py").write_text("class BlobStorage:\n    '''Stores blobs on disk.'''\n")
+    (project / "build" / "tokenizer.py").write_text("def split_camel_case(): pass  # build output\n")
+    (project / "debug.log").write_text("split_camel_case was called\n")
+
+    published = stack.cli("publish", str(project), "--zone", "cli")
+    assert "published 3 file(s)" in published.stdout  # .gitignore, src/tokenizer.py, src/storage.py
+    stack.cli("wait", "--timeout", "120")
+    out = stack.cli("search", "split camelCase identifiers", "--zone", "cli", "--json").stdout
+    paths = _paths(json.loads(out))
+    assert paths[0].endswith("project/src/tokenizer.py")
+    assert not any("build/" in p or p.endswith(".log") for p in paths)
+    text = stack.cli("search", "split camelCase identifiers", "--zone", "cli", "-k", "2").stdout
+    assert "src/tokenizer.py:1-3" in text
+
+
+def test_send_task_from_an_unrelated_process_matches_the_cli(stack: Stack) -> None:
+    with stack.publisher() as publisher:
+        for i in range(5):
+            publisher.write(zone="rpc", path=f"rpc/{i}.md", data=f"remote procedure call number {i}".encode())
+    stack.wait()
+    broker = json.loads(stack.cli("status", "--json").stdout)["broker_url"]
+    backend = stack.settings.broker.result_backend
+    script = (
+        "import json, sys\n"
+        "from celery import Celery\n"
+        f"app = Celery(broker={broker!r}, backend={backend!r})\n"
+        "r = app.send_task('shardfuse.search', kwargs={'query': 'remote procedure call', 'zone': 'rpc', 'k': 5},"
+        " queue='query')\n"
+        "print(json.dumps(r.get(timeout=30)))\n"
+    )
+    # A bare interpreter with only Celery: none of shardfuse's settings or environment.
+    foreign = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                             env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    assert foreign.returncode == 0, foreign.stderr
+    via_task = json.loads(foreign.stdout)
+    via_cli = json.loads(stack.cli("search", "remote procedure call", "--zone", "rpc", "-k", "5", "--json").stdout)
+    assert [h["chunk_id"] for h in via_task["results"]] == [h["chunk_id"] for h in via_cli["results"]]
+    assert len(via_task["results"]) == 5
+
+
+def test_bad_search_requests_get_clear_errors(stack: Stack) -> None:
+    for args, message in [
+        (("search", "   ", "--zone", "z"), "non-empty"),
+        (("search", "x", "--zone", "bad zone!"), "zone"),
+        (("search", "x", "--zone", "z", "-k", "0"), "k must be"),
+    ]:
+        proc = stack.cli(*args, check=False)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    unknown_zone = json.loads(stack.cli("search", "anything", "--zone", "never-used", "--json").stdout)
+    assert unknown_zone["results"] == []
+
+
+def test_flower_requires_auth_and_lists_a_worker_per_queue(stack: Stack) -> None:
+    url = stack.state.flower_url.rstrip("/")
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(f"{url}/api/workers", timeout=10)
+    assert denied.value.code == 401
+    flower = stack.settings.flower
+    token = b64encode(f"{flower.user}:{flower.password.get_secret_value()}".encode()).decode()
+    request = urllib.request.Request(f"{url}/api/workers?refresh=1", headers={"Authorization": f"Basic {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        workers = json.loads(response.read())
+    names = {name.split("@")[0] for name in workers}
+    assert names >= {"ingest", "embed", "maintenance", "query"}, workers.keys()
