@@ -1,0 +1,136 @@
+"""ShardStore against real PostgreSQL + pgvector: version rules, tombstones and atomic replacement."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import psycopg
+import pytest
+
+from pipeline.embeddings import HashingEmbedder
+from pipeline.errors import ConfigurationError
+from pipeline.events import Op, WriteEvent
+from pipeline.models import Chunk
+from pipeline.store import DocStatus, DocumentChange, ShardStore, open_pool
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+DIM = 16
+EMBED = HashingEmbedder(DIM)
+
+
+@pytest.fixture
+def store(stack: Stack) -> Iterator[ShardStore]:
+    base = stack.settings.postgres.dsn
+    name = f"store_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    pool = open_pool(base.rsplit("/", 1)[0] + f"/{name}", max_size=4)
+    shard = ShardStore(pool, 0, dimensions=DIM)
+    shard.ensure_schema()
+    yield shard
+    pool.close()
+
+
+def _write(path: str, seq: int, texts: list[str], zone: str = "z") -> DocumentChange:
+    event = WriteEvent(op=Op.WRITE, zone=zone, path=path, content_hash="sha256:" + "1" * 64, seq=seq)
+    chunks = tuple(Chunk(i, t, 0, len(t), i + 1, i + 1, 2) for i, t in enumerate(texts))
+    return DocumentChange(event=event, status=DocStatus.INDEXED, chunks=chunks,
+                          embeddings=EMBED.embed_documents(texts), line_count=len(texts))
+
+
+def _delete(path: str, seq: int) -> DocumentChange:
+    return DocumentChange(event=WriteEvent(op=Op.DELETE, zone="z", path=path, seq=seq), status=DocStatus.DELETED)
+
+
+def _chunks(store: ShardStore, path: str) -> list[tuple[int, str]]:
+    with store.pool.connection() as conn:
+        return conn.execute("SELECT seq, text FROM shard_0.chunks WHERE path = %s ORDER BY ordinal", (path,)).fetchall()
+
+
+def test_newer_seq_replaces_older_and_stale_is_a_no_op(store: ShardStore) -> None:
+    assert store.apply([_write("p", 5, ["v5 a", "v5 b"])])[0].applied
+    assert _chunks(store, "p") == [(5, "v5 a"), (5, "v5 b")]
+    stale = store.apply([_write("p", 4, ["v4"])])[0]
+    assert (stale.applied, stale.stored_seq) == (False, 5)
+    same = store.apply([_write("p", 5, ["v5 again"])])[0]  # redelivery of the same event: no-op
+    assert not same.applied and _chunks(store, "p") == [(5, "v5 a"), (5, "v5 b")]
+    assert store.apply([_write("p", 9, ["v9"])])[0].applied
+    assert _chunks(store, "p") == [(9, "v9")]
+    assert store.document_seq("z", "p") == 9 and store.document_seq("z", "never") is None
+
+
+def test_delete_leaves_a_tombstone_that_blocks_older_writes(store: ShardStore) -> None:
+    store.apply([_write("d", 1, ["text"])])
+    assert store.apply([_delete("d", 3)])[0].applied
+    assert _chunks(store, "d") == []
+    assert not store.apply([_write("d", 2, ["late"])])[0].applied
+    assert _chunks(store, "d") == []
+    # a delete of a never-seen document still leaves a tombstone
+    assert store.apply([_delete("unseen", 7)])[0].applied
+    assert not store.apply([_write("unseen", 6, ["older"])])[0].applied
+    assert store.apply([_write("unseen", 8, ["newer"])])[0].applied
+    counts = {row["zone"]: row for row in store.zone_counts()}["z"]
+    assert (counts["documents"], counts["deleted"]) == (1, 1)
+
+
+def test_batch_with_two_versions_keeps_the_newest(store: ShardStore) -> None:
+    outcomes = store.apply([_write("b", 2, ["two"]), _write("b", 1, ["one"]), _write("c", 1, ["c"])])
+    assert {o.key[1]: o.seq for o in outcomes} == {"b": 2, "c": 1}
+    assert _chunks(store, "b") == [(2, "two")]
+
+
+def test_readers_see_the_old_version_or_the_new_one_never_a_mix_or_nothing(store: ShardStore) -> None:
+    store.apply([_write("hot", 1, ["v1"] * 3)])
+    seen: list[tuple[int, int, int]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        with psycopg.connect(store.pool.conninfo, autocommit=True) as conn:
+            while not stop.is_set():
+                seen.append(conn.execute(
+                    "SELECT count(*), min(seq), max(seq) FROM shard_0.chunks WHERE path = 'hot'").fetchone())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for seq in range(2, 60):
+            store.apply([_write("hot", seq, [f"v{seq}"] * (1 + seq % 5))])
+    finally:
+        stop.set()
+        reader.join()
+    assert len(seen) > 20
+    for count, low, high in seen:
+        assert count > 0, "a reader saw the document with no chunks"
+        assert low == high, "a reader saw chunks of two versions at once"
+        assert count == 3 if low == 1 else count == 1 + low % 5
+
+
+def test_vector_search_is_zone_filtered_and_exact_when_hnsw_comes_back_short(store: ShardStore) -> None:
+    # One small zone inside a larger one: the HNSW scan's post-filter would return too few.
+    store.apply([_write(f"big{i}", 1, [f"common words number {i}"], zone="big") for i in range(400)])
+    store.apply([_write(f"small{i}", 1, [f"rare item {i}"], zone="small") for i in range(5)])
+    query = EMBED.embed_query("common words")
+    hits = store.vector_search(query, zone="small", limit=5, ef_search=10)
+    assert len(hits) == 5
+    records = store.fetch_chunks([h.chunk_id for h in hits], zone="small")
+    assert {r.path for r in records.values()} == {f"small{i}" for i in range(5)}
+    assert store.fetch_chunks([h.chunk_id for h in hits], zone="big") == {}
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_schema_built_for_other_dimensions_is_refused(store: ShardStore) -> None:
+    other = ShardStore(store.pool, 0, dimensions=DIM * 2)
+    with pytest.raises(ConfigurationError, match=f"stores {DIM}-dimensional"):
+        other.ensure_schema()
+
+
+def test_lexical_rows_stream_every_chunk(store: ShardStore) -> None:
+    store.apply([_write(f"f{i}", 1, [f"t{i}a", f"t{i}b"]) for i in range(30)])
+    rows = list(store.iter_lexical_rows(batch_size=7))
+    assert len(rows) == 60 and {r[1] for r in rows} == {"z"}
+    assert np.all(np.diff([int(r[0], 16) for r in rows]) > 0)  # ordered by chunk id

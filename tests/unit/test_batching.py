@@ -1,0 +1,122 @@
+"""Cross-document batching: concurrent submissions share embedding requests and shard transactions."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from pipeline.batching import EmbedBatcher
+from pipeline.embeddings import HashingEmbedder
+from pipeline.errors import EmbeddingProviderError, StoreUnavailableError
+from pipeline.events import Op, WriteEvent
+from pipeline.models import Chunk, PreparedDocument
+from pipeline.store import ApplyOutcome, DocumentChange
+
+
+class RecordingEmbedder(HashingEmbedder):
+    def __init__(self, *, fail: bool = False) -> None:
+        super().__init__(8)
+        self.requests: list[int] = []
+        self.fail = fail
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if self.fail:
+            raise RuntimeError("provider exploded")
+        self.requests.append(len(texts))
+        return super().embed_documents(texts)
+
+
+class FakeStore:
+    def __init__(self, shard: int, *, fail: bool = False) -> None:
+        self.shard = shard
+        self.transactions: list[list[DocumentChange]] = []
+        self.fail = fail
+
+    def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:
+        if self.fail:
+            raise StoreUnavailableError(f"shard {self.shard} is down")
+        self.transactions.append(list(changes))
+        # ShardStore.apply's contract: one outcome per distinct document, for its newest change.
+        newest: dict[tuple[str, str], int] = {}
+        for c in changes:
+            newest[c.key] = max(c.event.seq, newest.get(c.key, -1))
+        return [ApplyOutcome(key, seq, True, None) for key, seq in newest.items()]
+
+
+def _doc(path: str, shard: int, n_chunks: int, seq: int = 1) -> PreparedDocument:
+    event = WriteEvent(op=Op.WRITE, zone="z", path=path, content_hash="sha256:" + "0" * 64, seq=seq)
+    chunks = tuple(Chunk(i, f"{path} chunk {i}", 0, 1, 1, 1, 3) for i in range(n_chunks))
+    return PreparedDocument(event=event, shard=shard, chunks=chunks, line_count=1)
+
+
+def _submit_concurrently(batcher: EmbedBatcher, docs: list[PreparedDocument]) -> list[object]:
+    results: list[object] = [None] * len(docs)
+    barrier = threading.Barrier(len(docs))
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = batcher.index(docs[i], timeout=10)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertions
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(docs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_documents_submitted_together_share_requests_and_one_transaction_per_shard() -> None:
+    embedder, stores = RecordingEmbedder(), [FakeStore(0), FakeStore(1)]
+    batcher = EmbedBatcher(embedder=embedder, stores=stores, max_chunks=1000, max_wait_s=0.3, request_size=16)
+    try:
+        docs = [_doc(f"d{i}", shard=i % 2, n_chunks=3) for i in range(8)]
+        outcomes = _submit_concurrently(batcher, docs)
+    finally:
+        batcher.close()
+    assert all(isinstance(o, ApplyOutcome) and o.applied for o in outcomes)
+    assert sum(embedder.requests) == 24 and embedder.requests == [16, 8]  # 8 documents, 2 requests
+    assert [len(t) for t in stores[0].transactions] == [4] and [len(t) for t in stores[1].transactions] == [4]
+    # every chunk got the vector of its own text
+    change = stores[1].transactions[0][0]
+    expected = HashingEmbedder(8).embed_documents([c.text for c in change.chunks])
+    assert np.allclose(change.embeddings, expected)
+
+
+def test_a_failing_shard_fails_only_its_documents() -> None:
+    stores = [FakeStore(0), FakeStore(1, fail=True)]
+    batcher = EmbedBatcher(embedder=RecordingEmbedder(), stores=stores, max_chunks=100, max_wait_s=0.3,
+                           request_size=64)
+    try:
+        outcomes = _submit_concurrently(batcher, [_doc("ok", 0, 2), _doc("bad", 1, 2)])
+    finally:
+        batcher.close()
+    assert isinstance(outcomes[0], ApplyOutcome) and outcomes[0].applied
+    assert isinstance(outcomes[1], StoreUnavailableError)
+
+
+def test_provider_failure_reaches_every_waiter_as_a_transient_error() -> None:
+    batcher = EmbedBatcher(embedder=RecordingEmbedder(fail=True), stores=[FakeStore(0)], max_chunks=100,
+                           max_wait_s=0.05, request_size=64)
+    try:
+        with pytest.raises(EmbeddingProviderError, match="provider exploded"):
+            batcher.index(_doc("x", 0, 1), timeout=5)
+    finally:
+        batcher.close()
+
+
+def test_two_versions_of_one_document_in_a_batch_only_the_newest_counts_as_applied() -> None:
+    stores = [FakeStore(0)]
+    batcher = EmbedBatcher(embedder=RecordingEmbedder(), stores=stores, max_chunks=100, max_wait_s=0.3,
+                           request_size=64)
+    try:
+        old, new = _submit_concurrently(batcher, [_doc("same", 0, 1, seq=1), _doc("same", 0, 1, seq=2)])
+    finally:
+        batcher.close()
+    assert isinstance(old, ApplyOutcome) and isinstance(new, ApplyOutcome)
+    assert (old.applied, new.applied) == (False, True)

@@ -1,0 +1,97 @@
+"""SearchService over in-memory shards: fan-out, per-leg merge across shards, fusion, hydration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from pipeline.embeddings import HashingEmbedder
+from pipeline.errors import InvalidQueryError
+from pipeline.store import ChunkRecord
+from query.request import Mode, SearchRequest
+from query.search import SearchService
+from query.shards import LegHit
+
+
+class FakeShard:
+    def __init__(self, shard: int, *, keyword: list[LegHit], vector: list[LegHit], records: dict[str, str]) -> None:
+        self.shard = shard
+        self._keyword, self._vector, self._records = keyword, vector, records
+        self.calls: list[tuple[str, str, int]] = []
+
+    def keyword(self, query: str, *, zone: str, limit: int) -> list[LegHit]:
+        self.calls.append(("keyword", zone, limit))
+        return self._keyword[:limit]
+
+    def vector(self, embedding: np.ndarray, *, zone: str, limit: int) -> list[LegHit]:
+        self.calls.append(("vector", zone, limit))
+        return self._vector[:limit]
+
+    def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
+        return {c: ChunkRecord(c, zone, self._records[c], 1, 2, f"text of {c}") for c in chunk_ids if c in self._records}
+
+    def generation(self) -> int | None:
+        return 3
+
+
+def _service(*shards: FakeShard) -> SearchService:
+    return SearchService(shards=shards, embedder=HashingEmbedder(16), over_fetch=2, rrf_k=60)
+
+
+def test_legs_are_merged_across_shards_by_score_then_fused() -> None:
+    s0 = FakeShard(0, keyword=[LegHit("a", 9.0), LegHit("b", 2.0)], vector=[LegHit("b", 0.9)],
+                   records={"a": "x/a.py", "b": "x/b.py"})
+    s1 = FakeShard(1, keyword=[LegHit("c", 5.0)], vector=[LegHit("c", 0.95), LegHit("d", 0.1)],
+                   records={"c": "y/c.py", "d": "y/d.py"})
+    answer = _service(s0, s1).search(SearchRequest(query="q", zone="z", k=3))
+    results = answer["results"]
+    # keyword leg: a(9) c(5) b(2); vector leg: c(.95) b(.9) d(.1)
+    assert [r["chunk_id"] for r in results] == ["c", "b", "a"]
+    c = results[0]
+    assert (c["keyword_rank"], c["vector_rank"], c["shard"], c["path"]) == (2, 1, 1, "y/c.py")
+    assert c["keyword_score"] == 5.0 and c["vector_score"] == 0.95
+    assert c["score"] == pytest.approx(1 / 62 + 1 / 61)
+    assert [r["rank"] for r in results] == [1, 2, 3]
+    # every shard was asked for k * over_fetch per leg, in the request's zone
+    assert sorted(s0.calls) == [("keyword", "z", 6), ("vector", "z", 6)]
+    assert answer["shards"]["queried"] == 2
+
+
+def test_modes_use_only_their_leg() -> None:
+    shard = FakeShard(0, keyword=[LegHit("a", 1.0)], vector=[LegHit("b", 0.5)], records={"a": "a", "b": "b"})
+    service = _service(shard)
+    keyword = service.search(SearchRequest(query="q", zone="z", mode=Mode.KEYWORD))
+    assert [r["chunk_id"] for r in keyword["results"]] == ["a"] and "embed" not in keyword["timings_ms"]
+    semantic = service.search(SearchRequest(query="q", zone="z", mode=Mode.SEMANTIC))
+    assert [r["chunk_id"] for r in semantic["results"]] == ["b"] and semantic["results"][0]["keyword_rank"] is None
+
+
+def test_hits_whose_chunks_are_gone_are_dropped_and_the_next_ones_fill_k() -> None:
+    # "old" came from a BM25 generation built before its document was replaced: it no longer hydrates.
+    shard = FakeShard(0, keyword=[LegHit("old", 9.0), LegHit("n1", 5.0), LegHit("n2", 4.0)], vector=[],
+                      records={"n1": "p", "n2": "p"})
+    answer = _service(shard).search(SearchRequest(query="q", zone="z", k=2, mode=Mode.KEYWORD))
+    assert [r["chunk_id"] for r in answer["results"]] == ["n1", "n2"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"query": ""}, "non-empty"),
+        ({"query": None}, "non-empty"),
+        ({"query": "x" * 5000}, "limit"),
+        ({"zone": ""}, "zone"),
+        ({"zone": None}, "zone"),
+        ({"k": 0}, "k must"),
+        ({"k": 10**6}, "k must"),
+        ({"k": "10"}, "k must"),
+        ({"k": True}, "k must"),
+        ({"mode": "fuzzy"}, "unknown mode"),
+    ],
+)
+def test_invalid_requests_are_rejected_before_any_shard_is_touched(kwargs: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {"query": "q", "zone": "z", "k": 10, "mode": "hybrid", **kwargs}
+    with pytest.raises(InvalidQueryError, match=message):
+        SearchRequest.parse(**args)  # type: ignore[arg-type]
