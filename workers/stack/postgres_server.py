@@ -1,0 +1,261 @@
+"""PostgreSQL 16 + pgvector from the binaries that the ``pgserver`` wheel ships, listening on TCP.
+
+``pgserver.get_server`` only listens on a unix socket, so initdb and pg_ctl are driven here directly.
+PostgreSQL refuses to run as root; under root the server runs as the system user ``pgserver``, as the
+``pgserver`` package itself does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import stat
+import subprocess
+import warnings
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from workers.stack import processes
+from workers.stack.addresses import PostgresTarget
+from workers.stack.errors import StackError
+from workers.stack.layout import StackLayout
+from workers.stack.state import ComponentState
+
+NAME = "postgres"
+SYSTEM_USER = "pgserver"
+SUPERUSER = "postgres"
+SERVER_CONF = "shardfuse.conf"
+CONNECT_TIMEOUT_S = 2
+# pg_ctl waits this long for start-up (crash recovery after an unclean stop can take a while).
+START_WAIT_S = 60
+
+# Settings for one small machine. fsync stays on: the index is the system of record for what was applied.
+SERVER_SETTINGS: dict[str, str] = {
+    "shared_buffers": "'256MB'",
+    "max_connections": "200",
+    "fsync": "on",
+    "maintenance_work_mem": "'256MB'",
+    "max_wal_size": "'2GB'",
+}
+
+
+def pg_install_dir() -> Path:
+    """The ``pginstall`` folder of the installed ``pgserver`` package (found without importing it)."""
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise StackError("the pgserver package is not installed; it provides the embedded PostgreSQL")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+
+
+def pg_binary(name: str) -> Path:
+    """Path of one PostgreSQL program (``initdb``, ``pg_ctl``, ``postgres`` …)."""
+    binary = pg_install_dir() / "bin" / name
+    if not binary.is_file():
+        raise StackError(f"pgserver ships no {name} at {binary}")
+    return binary
+
+
+def system_user() -> str | None:
+    """The user the server must run as: ``pgserver`` under root (postgres refuses root), else ourselves."""
+    return SYSTEM_USER if os.geteuid() == 0 else None
+
+
+def cmdline_marks(layout: StackLayout) -> tuple[str, ...]:
+    """What the postmaster's command line shows: the binary and its data directory."""
+    return ("postgres", str(layout.pgdata))
+
+
+def server_conf(target: PostgresTarget, *, socket_dir: Path) -> str:
+    """The contents of ``shardfuse.conf``, rewritten at every start so a changed DSN port takes effect.
+
+    Addresses go in a file rather than on pg_ctl's ``-o`` line, which passes through a shell and would
+    split a socket path with spaces in it.
+    """
+    lines = [
+        "# Written by `shardfuse up` at every start; edits here are overwritten.",
+        f"listen_addresses = {_quote(target.endpoint.host)}",
+        f"port = {target.endpoint.port}",
+        f"unix_socket_directories = {_quote(str(socket_dir))}",
+        *(f"{key} = {value}" for key, value in SERVER_SETTINGS.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def running_postmaster(layout: StackLayout) -> ComponentState | None:
+    """The postmaster that ``postmaster.pid`` names, if it is alive and serves our data directory."""
+    try:
+        pid = int((layout.pgdata / "postmaster.pid").read_text().splitlines()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+    marks = cmdline_marks(layout)
+    if not processes.is_same_process(pid, started_at=None, cmdline_marks=marks):
+        return None
+    return ComponentState(
+        pid=pid, log=layout.log_file(NAME), started_at=processes.process_started_at(pid), cmdline_marks=marks
+    )
+
+
+def start_postgres(*, target: PostgresTarget, layout: StackLayout) -> ComponentState:
+    """initdb on first use, then start the server and wait until it accepts connections."""
+    user = system_user()
+    log = layout.log_file(NAME)
+    socket_dir = layout.postgres_socket_dir
+    if processes.port_in_use(target.endpoint.host, target.endpoint.port):
+        raise StackError(
+            f"cannot start postgres: {target.endpoint.host}:{target.endpoint.port} is already in use by "
+            "another program (change postgres.dsn, or stop that program)"
+        )
+    socket_dir.mkdir(parents=True, exist_ok=True)
+    log.touch(exist_ok=True)
+    if user is not None:
+        _grant_to_system_user(user, layout=layout, paths=(socket_dir, log))
+    _initdb_if_needed(layout, user=user, log=log)
+    if running_postmaster(layout) is None:
+        # Lock files left by a crash. Postgres ignores one whose pid is dead, but refuses to start if that
+        # pid is still a zombie (an init that reaps slowly) or now belongs to another process of its user.
+        (layout.pgdata / "postmaster.pid").unlink(missing_ok=True)
+        (socket_dir / f".s.PGSQL.{target.endpoint.port}.lock").unlink(missing_ok=True)
+    conf = layout.pgdata / SERVER_CONF
+    conf.write_text(server_conf(target, socket_dir=socket_dir), encoding="utf-8")
+    if user is not None:
+        _chown(conf, user)
+    _run_logged(
+        [str(pg_binary("pg_ctl")), "-D", str(layout.pgdata), "-l", str(log), "-w", "-t", str(START_WAIT_S),
+         "start"],
+        user=user, log=log, what="pg_ctl start",
+    )  # fmt: skip
+    state = running_postmaster(layout)
+    if state is None:
+        raise StackError(f"postgres reported a start but no postmaster is running; see its log at {log}")
+    return state
+
+
+def ensure_database(target: PostgresTarget) -> None:
+    """Create the DSN's role and database if missing, and the ``vector`` extension in that database."""
+    admin = _conninfo(target, user=SUPERUSER, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        if (
+            target.user != SUPERUSER
+            and not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (target.user,)).fetchone()
+        ):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(target.user)))
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (target.dbname,)).fetchone():
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {} ENCODING 'UTF8'").format(
+                    sql.Identifier(target.dbname), sql.Identifier(target.user)
+                )
+            )
+    # CREATE EXTENSION needs a superuser for an untrusted extension; do it as one, in the target database.
+    with psycopg.connect(
+        _conninfo(target, user=SUPERUSER, dbname=target.dbname), autocommit=True,
+        connect_timeout=CONNECT_TIMEOUT_S,
+    ) as conn:  # fmt: skip
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+
+def postgres_ready(dsn: str) -> bool:
+    """True if ``dsn`` accepts a connection and its database has the ``vector`` extension."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+            row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    except psycopg.Error:
+        return False
+    return row is not None
+
+
+def stop_postgres(layout: StackLayout, *, pid: int, timeout: float) -> None:
+    """Fast shutdown (roll back open transactions, checkpoint), falling back to signals if pg_ctl fails."""
+    log = layout.log_file(NAME)
+    # On failure the signal path below still stops the server; pg_ctl's reason is in the log.
+    with contextlib.suppress(StackError):
+        _run_logged(
+            [str(pg_binary("pg_ctl")), "-D", str(layout.pgdata), "-m", "fast", "-w", "-t",
+             str(max(1, int(timeout))), "stop"],
+            user=system_user(), log=log, what="pg_ctl stop",
+        )  # fmt: skip
+    if not processes.wait_gone(pid, timeout=timeout):
+        processes.stop_process_groups([pid], timeout=timeout)
+
+
+def _initdb_if_needed(layout: StackLayout, *, user: str | None, log: Path) -> None:
+    pgdata = layout.pgdata
+    if (pgdata / "PG_VERSION").exists():
+        return
+    if any(pgdata.iterdir()):
+        raise StackError(f"{pgdata} is neither empty nor a PostgreSQL data directory; move it away")
+    _run_logged(
+        [str(pg_binary("initdb")), "-D", str(pgdata), "--auth=trust", "-U", SUPERUSER, "--encoding=utf8",
+         "--locale=C"],
+        user=user, log=log, what="initdb",
+    )  # fmt: skip
+    with open(pgdata / "postgresql.conf", "a", encoding="utf-8") as conf:
+        conf.write(f"\ninclude_if_exists = '{SERVER_CONF}'\n")
+
+
+def _run_logged(argv: list[str], *, user: str | None, log: Path, what: str) -> None:
+    """Run a PostgreSQL program with its output appended to the component log.
+
+    Never through pipes: pg_ctl's postmaster inherits them and ``communicate`` would then wait forever.
+    """
+    with open(log, "ab") as out:
+        result = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            user=user,
+            group=user,
+            extra_groups=[] if user is not None else None,
+            check=False,
+            # The server user may not be allowed into our cwd, and postgres fails if it cannot getcwd().
+            cwd=log.parent,
+        )
+    if result.returncode != 0:
+        raise StackError(f"{what} failed with exit code {result.returncode}; see the log at {log}")
+
+
+def _grant_to_system_user(user: str, *, layout: StackLayout, paths: tuple[Path, ...]) -> None:
+    """Let ``user`` run the binaries, own PGDATA and the socket dir and write the log (root only)."""
+    with warnings.catch_warnings():
+        # Imported here: only root needs it. pgserver's package import warns about XDG_RUNTIME_DIR, which
+        # concerns its own get_server(), not us.
+        warnings.simplefilter("ignore")
+        from pgserver.utils import (
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
+
+    ensure_user_exists(user)
+    install = pg_install_dir()
+    readable = stat.S_IRGRP | stat.S_IROTH
+    ensure_prefix_permissions(install / "bin")
+    ensure_folder_permissions(install / "bin", readable | stat.S_IXGRP | stat.S_IXOTH)
+    ensure_folder_permissions(install / "lib", readable)
+    ensure_folder_permissions(install / "share", readable)
+    # The server user must be able to reach PGDATA through every parent folder.
+    ensure_prefix_permissions(layout.pgdata)
+    for path in (layout.pgdata, *paths):
+        ensure_prefix_permissions(path)
+        _chown(path, user)
+
+
+def _chown(path: Path, user: str) -> None:
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _conninfo(target: PostgresTarget, *, user: str, dbname: str) -> str:
+    return psycopg.conninfo.make_conninfo(
+        host=target.endpoint.host, port=target.endpoint.port, user=user, dbname=dbname
+    )
+
+
+def _quote(value: str) -> str:
+    """A postgresql.conf string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
