@@ -4,10 +4,12 @@ and Flower, on free loopback ports in a temporary folder, started by ``workers.s
 
 from __future__ import annotations
 
+import contextlib
 import os
-import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,18 +22,13 @@ import pytest
 from pipeline.cas import LocalContentStore
 from pipeline.publisher import Publisher
 from pipeline.settings import Settings, load_settings
+from tests.integration.ports import free_port
 from workers import monitor
 from workers.cli.querying import remote_search
 from workers.publishing import CeleryEventSink
 from workers.stack import StackState, down, up
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -75,9 +72,11 @@ class _PublisherContext:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    data_dir = tmp_path_factory.mktemp("stack")
-    redis_port, pg_port, flower_port = _free_port(), _free_port(), _free_port()
+def stack() -> Iterator[Stack]:
+    # Not under pytest's tmp dir: pytest resets it to mode 0700 at every session start, and PostgreSQL,
+    # running as its own system user when the tests run as root, must be able to enter every parent.
+    data_dir = Path(tempfile.mkdtemp(prefix="shardfuse-test-"))
+    redis_port, pg_port, flower_port = free_port(), free_port(), free_port()
     overrides = {
         "SHARDFUSE_DATA_DIR": str(data_dir),
         "SHARDFUSE_BROKER__URL": f"redis://127.0.0.1:{redis_port}/0",
@@ -98,10 +97,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         pids = [c.pid for c in state.components.values()]
         children = []
         for pid in pids:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 children.extend(p.pid for p in psutil.Process(pid).children(recursive=True))
-            except psutil.NoSuchProcess:
-                pass
         stopped = down(settings, timeout=30)
         for key, value in saved.items():
             if value is None:
@@ -113,3 +110,4 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
         assert set(stopped) == set(state.components), f"down stopped {stopped}"
         assert not left, f"processes left behind after down: {left}"
+        shutil.rmtree(data_dir, ignore_errors=True)

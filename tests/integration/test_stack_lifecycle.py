@@ -6,7 +6,6 @@ Runs on free ports in a temporary data dir, independently of the session-wide st
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
 import socket
@@ -22,6 +21,7 @@ import pytest
 import redis
 
 from pipeline.settings import Settings
+from tests.integration.ports import free_port
 from workers.stack import StackError, StackState, down, read_state, up
 from workers.stack import processes as stack_processes
 
@@ -32,21 +32,6 @@ SERVERS = {"redis", "postgres"}
 
 # Below Linux's ephemeral range (32768-60999): a port the kernel picks for bind(0) or for an outgoing
 # connection elsewhere (a concurrent test session) can then never collide with ours.
-PORT_RANGE = (20000, 32768)
-
-
-def _free_port() -> int:
-    for _ in range(100):
-        port = random.randrange(*PORT_RANGE)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {PORT_RANGE}")
-
-
 def _tree(pid: int) -> set[int]:
     """``pid`` and its descendants (postgres backends, pool children)."""
     try:
@@ -76,12 +61,12 @@ def data_dir() -> Iterator[Path]:
 @pytest.fixture
 def servers_settings(data_dir: Path) -> Iterator[Settings]:
     """Settings for a private stack; whatever a failing test left running is stopped afterwards."""
-    redis_port, pg_port = _free_port(), _free_port()
+    redis_port, pg_port = free_port(), free_port()
     settings = Settings(
         data_dir=data_dir,
         broker={"url": f"redis://127.0.0.1:{redis_port}/0", "result_backend": f"redis://127.0.0.1:{redis_port}/1"},
         postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/sf_lifecycle"},
-        stack={"flower_port": _free_port()},
+        stack={"flower_port": free_port()},
     )
     yield settings
     down(settings, timeout=10)

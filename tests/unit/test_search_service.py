@@ -30,7 +30,8 @@ class FakeShard:
         return self._vector[:limit]
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
-        return {c: ChunkRecord(c, zone, self._records[c], 1, 2, f"text of {c}") for c in chunk_ids if c in self._records}
+        known = [c for c in chunk_ids if c in self._records]
+        return {c: ChunkRecord(c, zone, self._records[c], 1, 2, f"text of {c}") for c in known}
 
     def generation(self) -> int | None:
         return 3

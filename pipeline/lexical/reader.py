@@ -1,0 +1,283 @@
+"""Search one shard's published BM25 index, following new generations as they are published.
+
+A query worker holds one :class:`LexicalShardReader` per shard, created at worker start-up. Each search
+costs one ``stat`` of ``MANIFEST.json`` to notice a new generation (publishing replaces the file, so its
+inode changes); only then is the manifest re-read and the new generation mapped. Searches run on a local
+reference to the generation they started with, so a swap never pulls arrays from under a running search.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.errors import ConfigurationError, InvalidQueryError, PermanentError, StoreUnavailableError
+from pipeline.lexical.hits import LexicalHit
+from pipeline.lexical.layout import (
+    CHUNK_IDS_FILE,
+    ZONE_CODES_FILE,
+    ZONE_NAMES_FILE,
+    manifest_path,
+    shard_dir,
+)
+from pipeline.lexical.manifest import ShardManifest, read_manifest
+from pipeline.lexical.tokenizer import TOKENIZER_NAME, tokenize
+
+# What identifies one version of MANIFEST.json without reading it: os.replace gives every publish a new
+# inode, and mtime/ctime/size guard against the filesystem reusing a freed inode number.
+_StatKey = tuple[int, int, int, int, int]
+
+# A generation can vanish between reading the manifest and mapping its files when builders publish twice
+# in that window and collect it; the manifest has moved on by then, so re-reading it a few times converges.
+_LOAD_ATTEMPTS = 3
+
+_DEFAULT_MASK_CACHE_BYTES = 64 * 1024 * 1024
+
+
+class _MaskCache:
+    """Per-zone bm25s weight masks of one generation, least recently used first out.
+
+    Bounded in bytes, not entries: a mask is 4 bytes per document, so a fixed entry count would cost
+    gigabytes on a large shard with many tenants.
+    """
+
+    def __init__(self, *, codes: npt.NDArray[np.int32], max_bytes: int) -> None:
+        self._codes = codes
+        self._max_entries = max(1, max_bytes // max(1, 4 * len(codes)))
+        self._masks: OrderedDict[int, npt.NDArray[np.float32]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, code: int) -> npt.NDArray[np.float32]:
+        with self._lock:
+            cached = self._masks.get(code)
+            if cached is not None:
+                self._masks.move_to_end(code)
+                return cached
+        # Built outside the lock: two threads may build the same mask once, which is cheaper than making
+        # every other zone's searches wait for it.
+        mask: npt.NDArray[np.float32] = (self._codes == code).astype(np.float32)
+        with self._lock:
+            self._masks[code] = mask
+            while len(self._masks) > self._max_entries:
+                self._masks.popitem(last=False)
+        return mask
+
+
+@dataclass(frozen=True)
+class _Generation:
+    """Everything a search needs from one generation; immutable apart from the mask cache."""
+
+    key: _StatKey | None
+    manifest: ShardManifest | None
+    retriever: Any = None  # bm25s.BM25 (untyped library); None when the generation cannot match anything
+    chunk_ids: npt.NDArray[np.str_] | None = None
+    zone_codes: npt.NDArray[np.int32] | None = None
+    zone_index: dict[str, int] = field(default_factory=dict)
+    zone_sizes: dict[int, int] = field(default_factory=dict)
+    masks: _MaskCache | None = None
+
+    def with_key(self, key: _StatKey | None) -> _Generation:
+        return _Generation(
+            key=key,
+            manifest=self.manifest,
+            retriever=self.retriever,
+            chunk_ids=self.chunk_ids,
+            zone_codes=self.zone_codes,
+            zone_index=self.zone_index,
+            zone_sizes=self.zone_sizes,
+            masks=self.masks,
+        )
+
+    def search(self, tokens: list[str], *, zone: str, k: int) -> list[LexicalHit]:
+        if self.retriever is None or self.masks is None or self.chunk_ids is None or self.zone_codes is None:
+            return []
+        code = self.zone_index.get(zone)
+        if code is None:
+            return []
+        vocab: dict[str, int] = self.retriever.vocab_dict
+        known = [token for token in tokens if token in vocab]
+        if not known:
+            return []
+        # Only the zone's own documents can score above zero under its mask, so asking for more than the
+        # zone holds is wasted sorting; it also keeps k within bm25s's "k <= number of documents" check.
+        top = min(k, self.zone_sizes[code])
+        results = self.retriever.retrieve(
+            [known],
+            k=top,
+            weight_mask=self.masks.get(code),
+            show_progress=False,
+            n_threads=0,
+            backend_selection="numpy",
+        )
+        hits: list[LexicalHit] = []
+        for doc, score in zip(results.documents[0].tolist(), results.scores[0].tolist(), strict=True):
+            # The mask zeroes every other zone's score, so the zone check never drops a hit; it stays as the
+            # guarantee that no query ever sees another zone's chunk, whatever bm25s does with the mask.
+            if score > 0.0 and int(self.zone_codes[doc]) == code:
+                hits.append(LexicalHit(str(self.chunk_ids[doc]), float(score)))
+        # Deterministic order among equal scores, so repeated queries fuse identically.
+        hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
+        return hits
+
+
+class LexicalShardReader:
+    """Searches the published BM25 index of one shard; thread-safe.
+
+    Loads lazily on the first search (or :meth:`refresh`), mapping the index files with mmap so memory is
+    shared with the page cache and between worker processes on one machine.
+    """
+
+    def __init__(self, root: Path, shard: int, *, mask_cache_bytes: int = _DEFAULT_MASK_CACHE_BYTES) -> None:
+        self._root = root
+        self._shard = shard
+        self._mask_cache_bytes = mask_cache_bytes
+        self._manifest_path = manifest_path(root, shard)
+        self._lock = threading.Lock()
+        self._state: _Generation | None = None
+
+    @property
+    def shard(self) -> int:
+        """The shard this reader serves."""
+        return self._shard
+
+    @property
+    def manifest(self) -> ShardManifest | None:
+        """The manifest of the loaded generation (None before the first load or when nothing is built)."""
+        state = self._state
+        return state.manifest if state is not None else None
+
+    @property
+    def generation(self) -> int | None:
+        """The loaded generation number (None before the first load or when nothing is built)."""
+        manifest = self.manifest
+        return manifest.generation if manifest is not None else None
+
+    def refresh(self) -> ShardManifest | None:
+        """Load the published generation now if it is not loaded yet; return its manifest.
+
+        Searches do this on their own; call it at worker start-up to pay the load before the first query.
+        """
+        return self._current(wait=True).manifest
+
+    def search(self, query: str, *, zone: str, k: int) -> list[LexicalHit]:
+        """The best ``k`` chunks of ``zone`` for ``query``, best first, all with a score above zero.
+
+        Zone filtering happens inside bm25s (a weight mask), before the top-k cut, so a zone gets its own
+        ``k`` best chunks however many better matches other zones hold. Unknown terms are ignored; a query
+        with no known term returns ``[]``.
+        """
+        if k < 1:
+            raise InvalidQueryError(f"k must be at least 1, got {k}")
+        tokens = tokenize(query)
+        state = self._current(wait=False)
+        if not tokens:
+            return []
+        return state.search(tokens, zone=zone, k=k)
+
+    def _stat_key(self) -> _StatKey | None:
+        try:
+            st = os.stat(self._manifest_path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot stat BM25 manifest {self._manifest_path}: {exc}") from exc
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+    def _current(self, *, wait: bool) -> _Generation:
+        """The generation to search: the loaded one if the manifest has not changed, else the new one."""
+        state = self._state
+        key = self._stat_key()
+        if state is not None and state.key == key:
+            return state
+        # While another thread loads the new generation, keep serving the one already loaded instead of
+        # queueing every search behind the load.
+        if not self._lock.acquire(blocking=wait or state is None):
+            assert state is not None
+            return state
+        try:
+            state = self._state
+            key = self._stat_key()
+            if state is not None and state.key == key:
+                return state
+            fresh = self._load_published(key, previous=state)
+            self._state = fresh
+            return fresh
+        finally:
+            self._lock.release()
+
+    def _load_published(self, key: _StatKey | None, *, previous: _Generation | None) -> _Generation:
+        for _ in range(_LOAD_ATTEMPTS):
+            # The key was taken before this read: if the manifest changes in between, the next search sees a
+            # different key and reloads, so no publish is ever missed.
+            manifest = read_manifest(self._root, self._shard)
+            if manifest is None:
+                return _Generation(key=key, manifest=None)
+            if (
+                previous is not None
+                and previous.manifest is not None
+                and previous.manifest.generation == manifest.generation
+                and previous.manifest.directory == manifest.directory
+            ):
+                return previous.with_key(key)
+            try:
+                return self._load_generation(key, manifest)
+            except FileNotFoundError:
+                key = self._stat_key()
+        raise StoreUnavailableError(
+            f"shard {self._shard}: BM25 generation directories kept disappearing while loading; "
+            "builders are publishing faster than this reader can load"
+        )
+
+    def _load_generation(self, key: _StatKey | None, manifest: ShardManifest) -> _Generation:
+        if manifest.tokenizer != TOKENIZER_NAME:
+            raise ConfigurationError(
+                f"shard {self._shard}: BM25 index was built with tokenizer {manifest.tokenizer!r} but this "
+                f"worker tokenizes queries with {TOKENIZER_NAME!r}; rebuild the shard's BM25 index"
+            )
+        if manifest.doc_count == 0 or manifest.vocab_size == 0:
+            return _Generation(key=key, manifest=manifest)
+        directory = shard_dir(self._root, self._shard) / manifest.directory
+        try:
+            retriever = bm25s.BM25.load(directory, mmap=True, show_progress=False)
+            chunk_ids = np.load(directory / CHUNK_IDS_FILE, mmap_mode="r", allow_pickle=False)
+            zone_codes = np.load(directory / ZONE_CODES_FILE, allow_pickle=False).astype(np.int32, copy=False)
+            zone_names = json.loads((directory / ZONE_NAMES_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot read BM25 generation {directory}: {exc}") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PermanentError(
+                f"BM25 generation {directory} is corrupt ({exc}); rebuild shard {self._shard}'s BM25 index"
+            ) from exc
+        sizes = (
+            manifest.doc_count,
+            int(retriever.scores["num_docs"]),
+            len(chunk_ids),
+            len(zone_codes),
+        )
+        if len(set(sizes)) != 1 or not isinstance(zone_names, list):
+            raise PermanentError(
+                f"BM25 generation {directory} is inconsistent (document counts {sizes}); "
+                f"rebuild shard {self._shard}'s BM25 index"
+            )
+        counts = np.bincount(zone_codes, minlength=len(zone_names))
+        return _Generation(
+            key=key,
+            manifest=manifest,
+            retriever=retriever,
+            chunk_ids=chunk_ids,
+            zone_codes=zone_codes,
+            zone_index={str(name): code for code, name in enumerate(zone_names)},
+            zone_sizes={code: int(count) for code, count in enumerate(counts.tolist())},
+            masks=_MaskCache(codes=zone_codes, max_bytes=self._mask_cache_bytes),
+        )
