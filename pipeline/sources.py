@@ -34,7 +34,7 @@ def iter_source_files(roots: Sequence[Path], *, base: Path | None = None) -> Ite
         yield from _walk(root, base, specs)
 
 
-def _walk(directory: Path, base: Path, specs: list[tuple[Path, pathspec.PathSpec]]) -> Iterator[SourceFile]:
+def _walk(directory: Path, base: Path, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> Iterator[SourceFile]:
     own = _spec_of(directory)
     if own is not None:
         specs = [*specs, (directory, own)]
@@ -53,7 +53,7 @@ def _walk(directory: Path, base: Path, specs: list[tuple[Path, pathspec.PathSpec
             yield SourceFile(path, _name(path, base))
 
 
-def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.PathSpec]]) -> bool:
+def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.GitIgnoreSpec]]) -> bool:
     ignored = False
     # Deeper .gitignore files override shallower ones, including with "!" negations.
     for spec_dir, spec in specs:
@@ -64,14 +64,14 @@ def _ignored(path: Path, is_dir: bool, specs: list[tuple[Path, pathspec.PathSpec
     return ignored
 
 
-def _spec_of(directory: Path) -> pathspec.PathSpec | None:
+def _spec_of(directory: Path) -> pathspec.GitIgnoreSpec | None:
     gitignore = directory / ".gitignore"
     if not gitignore.is_file():
         return None
     return pathspec.GitIgnoreSpec.from_lines(gitignore.read_text(encoding="utf-8", errors="replace").splitlines())
 
 
-def _ancestor_specs(root: Path, base: Path) -> list[tuple[Path, pathspec.PathSpec]]:
+def _ancestor_specs(root: Path, base: Path) -> list[tuple[Path, pathspec.GitIgnoreSpec]]:
     """The .gitignore files above ``root`` (up to ``base``, when ``root`` is under it)."""
     if root == base or base not in root.parents:
         return []

@@ -45,9 +45,7 @@ class SearchRequest:
             raise InvalidQueryError(f"zone {zone!r} is not a valid zone name (letters, digits, '_.-')")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= max_k:
             raise InvalidQueryError(f"k must be an integer from 1 to {max_k}, got {k!r}")
-        try:
-            parsed_mode = Mode(mode)
-        except ValueError:
+        if not isinstance(mode, str) or mode not in {m.value for m in Mode}:
             choices = ", ".join(m.value for m in Mode)
-            raise InvalidQueryError(f"unknown mode {mode!r}; choose one of {choices}") from None
-        return cls(query=query, zone=zone, k=k, mode=parsed_mode)
+            raise InvalidQueryError(f"unknown mode {mode!r}; choose one of {choices}")
+        return cls(query=query, zone=zone, k=k, mode=Mode(mode))

@@ -117,14 +117,11 @@ class WorkerRuntime:
     def searcher(self) -> SearchService:
         def build() -> SearchService:
             q = self.settings.query
-            shards = [
-                StoreShardSearcher(
-                    store=store,
-                    lexical=LexicalShardReader(self.settings.bm25_root, store.shard),
-                    ef_search=q.hnsw_ef_search,
-                )
-                for store in self.stores
-            ]
+            shards = []
+            for store in self.stores:
+                lexical = LexicalShardReader(self.settings.bm25_root, store.shard)
+                lexical.refresh()  # map the published generation now, not on the first query
+                shards.append(StoreShardSearcher(store=store, lexical=lexical, ef_search=q.hnsw_ef_search))
             return SearchService(shards=shards, embedder=self.embedder, over_fetch=q.over_fetch, rrf_k=q.rrf_k)
 
         return self._once("_searcher", build)
