@@ -41,3 +41,15 @@ def dead_letter_count(pool: ConnectionPool[Any]) -> int:
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def recent_dead_letters(pool: ConnectionPool[Any], *, limit: int = 10) -> list[dict[str, Any]]:
+    """The newest dead letters, for ``shardfuse status``."""
+    with pool.connection() as conn:
+        rows = conn.execute(
+            f"SELECT id, task, zone, path, error_class, reason, attempts, last_failed "
+            f"FROM {SHARED_SCHEMA}.deadletters ORDER BY id DESC LIMIT %s",
+            (limit,),
+        ).fetchall()
+    keys = ("id", "task", "zone", "path", "error_class", "reason", "attempts", "last_failed")
+    return [dict(zip(keys, row, strict=True)) for row in rows]

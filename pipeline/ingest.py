@@ -72,9 +72,7 @@ def ingest_event(
         reason = "no text to index (whitespace only)"
         change = DocumentChange(event=event, status=DocStatus.SKIPPED, reason=reason)
         return _applied(store, change, IngestResult.SKIPPED, reason=reason)
-    document = PreparedDocument(
-        event=event, shard=shard, chunks=tuple(chunks), line_count=text.count("\n") + 1
-    )
+    document = PreparedDocument(event=event, shard=shard, chunks=tuple(chunks), line_count=decoded.line_count)
     return IngestOutcome(IngestResult.PREPARED, shard, document=document)
 
 

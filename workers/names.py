@@ -35,5 +35,15 @@ QUEUE_POOLS: dict[Queue, str] = {
     Queue.QUERY: "threads",
 }
 
+# Messages each worker process reserves beyond the ones it runs (Celery's prefetch multiplier). Long
+# pipeline tasks take one at a time so a busy process never hoards work another could start; searches are
+# short, and a few reserved ones hide the broker round trip.
+QUEUE_PREFETCH: dict[Queue, int] = {
+    Queue.INGEST: 1,
+    Queue.EMBED: 1,
+    Queue.MAINTENANCE: 1,
+    Queue.QUERY: 4,
+}
+
 # Queues whose backlog means "published but not yet searchable".
 PIPELINE_QUEUES: tuple[Queue, ...] = (Queue.INGEST, Queue.EMBED, Queue.MAINTENANCE)

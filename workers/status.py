@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 import redis
 
-from pipeline.deadletters import dead_letter_count
+from pipeline.deadletters import dead_letter_count, recent_dead_letters
 from pipeline.errors import ShardfuseError
 from pipeline.settings import Settings
 from pipeline.store import ShardStore, open_pool
@@ -66,9 +66,10 @@ def _database_status(settings: Settings) -> dict[str, Any]:
             settings.postgres.dsn, open_pool(settings.postgres.dsn, min_size=1, max_size=2))
         try:
             dead = dead_letter_count(shared)
+            failed = recent_dead_letters(shared, limit=10)
         except psycopg.errors.UndefinedTable:
-            dead = 0
-        return {"shard_counts": shards, "skipped": skipped, "dead_letters": dead}
+            dead, failed = 0, []
+        return {"shard_counts": shards, "skipped": skipped, "dead_letters": dead, "failed": failed}
     finally:
         for pool in pools.values():
             pool.close()
@@ -100,6 +101,9 @@ def format_status(status: dict[str, Any]) -> str:
                          f"{zone['chunks']} chunks, {zone['skipped']} skipped, {zone['deleted']} deleted")
     if "dead_letters" in status:
         lines.append(f"dead letters: {status['dead_letters']}")
+    for row in status.get("failed", []):
+        where = f"[{row['zone']}] {row['path']}" if row["path"] else row["task"]
+        lines.append(f"failed   #{row['id']} {where}: {row['reason']} ({row['attempts']} attempt(s))")
     for row in status.get("skipped", []):
         lines.append(f"skipped  [{row['zone']}] {row['path']}: {row['reason']}")
     for name, proc in status.get("processes", {}).items():

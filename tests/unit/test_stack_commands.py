@@ -39,6 +39,9 @@ def test_worker_command(queue: Queue) -> None:
     for flag in ("-E", "--without-gossip", "--without-mingle"):
         assert flag in command
     assert command[command.index("-O") + 1] == "fair"
+    # long pipeline tasks reserve nothing beyond what runs; searches reserve a few
+    prefetch = int(command[command.index("--prefetch-multiplier") + 1])
+    assert prefetch == (4 if queue is Queue.QUERY else 1)
 
 
 def test_worker_concurrency_comes_from_settings() -> None:

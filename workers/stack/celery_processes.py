@@ -21,7 +21,7 @@ from kombu.exceptions import KombuError
 from redis import RedisError
 
 from pipeline.settings import Settings, WorkerSettings
-from workers.names import QUEUE_POOLS, Queue
+from workers.names import QUEUE_POOLS, QUEUE_PREFETCH, Queue
 from workers.stack.addresses import Endpoint
 
 # The Celery application every worker and Flower loads. A module attribute (read at call time) so that
@@ -57,6 +57,7 @@ def worker_command(queue: Queue, *, concurrency: int, app: str | None = None) ->
         "-Q", queue.value,
         "-P", QUEUE_POOLS[queue],
         "-c", str(concurrency),
+        "--prefetch-multiplier", str(QUEUE_PREFETCH[queue]),
         "-n", f"{queue.value}@%h",
         "-E",  # task events, for Flower
         # Gossip and mingle cost each worker a round trip to every other one at start; nothing uses them.

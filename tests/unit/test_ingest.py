@@ -1,0 +1,116 @@
+"""The ingest stage's decisions, over an in-memory CAS and a fake shard store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from pipeline.cas import InMemoryContentStore
+from pipeline.errors import ContentNotFoundError
+from pipeline.events import Op, WriteEvent
+from pipeline.ingest import IngestOutcome, IngestResult, ingest_event
+from pipeline.settings import Settings
+from pipeline.sharding import shard_for
+from pipeline.store import ApplyOutcome, DocStatus, DocumentChange
+from pipeline.tokens import TokenCounter
+
+SETTINGS = Settings(shards=3, chunking={"max_tokens": 32, "overlap_tokens": 4})
+
+
+class FakeShard:
+    """Holds seq per document and applies the version rule the real store applies."""
+
+    def __init__(self, shard: int) -> None:
+        self.shard = shard
+        self.seqs: dict[tuple[str, str], int] = {}
+        self.applied: list[DocumentChange] = []
+
+    def document_seq(self, zone: str, path: str) -> int | None:
+        return self.seqs.get((zone, path))
+
+    def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:
+        (change,) = changes
+        held = self.seqs.get(change.key)
+        fresh = held is None or change.event.seq > held
+        if fresh:
+            self.seqs[change.key] = change.event.seq
+            self.applied.append(change)
+        return [ApplyOutcome(change.key, change.event.seq, fresh, held)]
+
+
+Env = tuple[InMemoryContentStore, list[FakeShard], TokenCounter]
+
+
+@pytest.fixture
+def env() -> Env:
+    return InMemoryContentStore(), [FakeShard(i) for i in range(3)], TokenCounter()
+
+
+def _write(cas: InMemoryContentStore, data: bytes, *, path: str = "src/a.py", seq: int = 1) -> WriteEvent:
+    return WriteEvent(op=Op.WRITE, zone="z", path=path, content_hash=cas.put(data), size=len(data), seq=seq)
+
+
+def _ingest(event: WriteEvent, env: Env) -> IngestOutcome:
+    cas, stores, counter = env
+    return ingest_event(event, settings=SETTINGS, cas=cas, stores=stores, counter=counter)
+
+
+def test_text_is_chunked_for_its_shard_with_lines(env: Env) -> None:
+    text = "".join(f"def function_{i}(argument):\n    return argument * {i}\n" for i in range(40))
+    outcome = _ingest(_write(env[0], text.encode()), env)
+    assert outcome.result is IngestResult.PREPARED
+    doc = outcome.document
+    assert doc is not None and doc.shard == outcome.shard == shard_for("z", "src/a.py", 3)
+    assert len(doc.chunks) > 3 and all(c.token_count <= 32 for c in doc.chunks)
+    assert doc.chunks[0].start_line == 1 and doc.chunks[-1].end_line == 80 == doc.line_count  # 40 two-line functions
+    assert "".join(text[c.start_char:c.end_char] for c in doc.chunks[:1]) == doc.chunks[0].text
+    assert not any(store.applied for store in env[1])  # writes are applied by the embed stage
+
+
+def test_stale_events_are_dropped_before_reading_content(env: Env) -> None:
+    cas, stores, _ = env
+    stores[shard_for("z", "src/a.py", 3)].seqs[("z", "src/a.py")] = 5
+    missing = WriteEvent(op=Op.WRITE, zone="z", path="src/a.py", content_hash="sha256:" + "9" * 64, seq=5)
+    assert _ingest(missing, env).result is IngestResult.STALE  # equal seq: a redelivery
+    assert _ingest(_write(cas, b"older", seq=4), env).result is IngestResult.STALE
+
+
+def test_delete_writes_a_tombstone_and_blocks_older_writes(env: Env) -> None:
+    cas, stores, _ = env
+    outcome = _ingest(WriteEvent(op=Op.DELETE, zone="z", path="src/a.py", seq=9), env)
+    assert outcome.result is IngestResult.DELETED
+    assert stores[outcome.shard].applied[-1].status is DocStatus.DELETED
+    assert _ingest(_write(cas, b"late write", seq=8), env).result is IngestResult.STALE
+    assert _ingest(_write(cas, b"new write", seq=10), env).result is IngestResult.PREPARED
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00" * 20, "binary"),
+        (b"caf\xe9 au lait", "UTF-8"),
+        (b"", "empty"),
+    ],
+)
+def test_undecodable_content_is_recorded_as_skipped_with_its_reason(
+    env: Env, data: bytes, reason: str
+) -> None:
+    outcome = _ingest(_write(env[0], data), env)
+    assert outcome.result is IngestResult.SKIPPED and reason in (outcome.reason or "")
+    change = env[1][outcome.shard].applied[-1]
+    assert change.status is DocStatus.SKIPPED and reason in (change.reason or "")
+
+
+def test_oversized_content_is_skipped(env: Env) -> None:
+    cas, stores, counter = env
+    small = Settings(limits={"max_file_bytes": 100})
+    event = _write(cas, b"x" * 101)
+    outcome = ingest_event(event, settings=small, cas=cas, stores=stores[:2], counter=counter)
+    assert outcome.result is IngestResult.SKIPPED and "too large" in (outcome.reason or "")
+
+
+def test_content_missing_from_the_cas_is_a_permanent_error(env: Env) -> None:
+    event = WriteEvent(op=Op.WRITE, zone="z", path="p", content_hash="sha256:" + "7" * 64, seq=1)
+    with pytest.raises(ContentNotFoundError):
+        _ingest(event, env)
