@@ -6,13 +6,12 @@ Content is named by ``"sha256:<64 hex>"``. Events carry only the hash; workers r
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Protocol
 
 from pipeline.errors import ContentNotFoundError, PermanentError, StoreUnavailableError
 from pipeline.events import hex_digest
+from pipeline.fileio import atomic_write_bytes
 
 
 def hash_content(data: bytes) -> str:
@@ -65,19 +64,7 @@ class LocalContentStore:
             return name
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            # Same folder as the target: os.replace is atomic only within one filesystem.
-            fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-            try:
-                # mkstemp creates 0600 files; workers running as other users must read the CAS too.
-                os.fchmod(fd, 0o644)
-                with os.fdopen(fd, "wb") as tmp:
-                    tmp.write(data)
-                    tmp.flush()
-                    os.fsync(tmp.fileno())
-                os.replace(tmp_name, target)
-            except BaseException:
-                Path(tmp_name).unlink(missing_ok=True)
-                raise
+            atomic_write_bytes(target, data, tmp_prefix=".tmp-")
         except OSError as exc:
             raise StoreUnavailableError(f"cannot write {name} to the CAS at {self._root}: {exc}") from exc
         return name

@@ -21,7 +21,7 @@ import bm25s
 import numpy as np
 
 from pipeline.errors import PermanentError
-from pipeline.lexical.files import exclusive_lock, fsync_dir, fsync_tree
+from pipeline.fileio import exclusive_lock, fsync_dir, fsync_tree
 from pipeline.lexical.layout import (
     CHUNK_IDS_FILE,
     LOCK_NAME,

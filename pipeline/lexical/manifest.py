@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import PermanentError, StoreUnavailableError
-from pipeline.lexical.files import atomic_write_bytes
+from pipeline.fileio import atomic_write_bytes
 from pipeline.lexical.layout import MANIFEST_TMP_PREFIX, manifest_path, shard_dir
 from pipeline.lexical.tokenizer import TOKENIZER_NAME
 

@@ -198,3 +198,27 @@ def test_flower_requires_auth_and_lists_a_worker_per_queue(stack: Stack) -> None
         workers = json.loads(response.read())
     names = {name.split("@")[0] for name in workers}
     assert names >= {"ingest", "embed", "maintenance", "query"}, workers.keys()
+
+
+def test_bad_events_are_dead_lettered_with_a_reason_and_never_block_the_queue(stack: Stack) -> None:
+    from workers.app_factory import create_app
+    from workers.names import Task
+
+    app = create_app(stack.settings)
+    malformed = {"op": "write", "zone": "dlq", "path": "x.txt", "content_hash": "sha256:nothex", "seq": 1}
+    missing = {"op": "write", "zone": "dlq", "path": "missing.txt", "content_hash": "sha256:" + "e" * 64,
+               "size": 1, "seq": 1}
+    app.send_task(Task.INGEST.value, kwargs={"event": malformed})
+    app.send_task(Task.INGEST.value, kwargs={"event": missing})
+    app.send_task(Task.INGEST.value, kwargs={"event": "{not json"})
+    with stack.publisher() as publisher:  # queued behind the bad ones
+        publisher.write(zone="dlq", path="fine.txt", data=b"a healthy quokkaterm document")
+    stack.wait()
+    assert _paths(stack.search("quokkaterm", "dlq", mode="keyword")) == ["fine.txt"]
+    status = json.loads(stack.cli("status", "--json").stdout)
+    reasons = {row["path"]: row for row in status["failed"] if row["zone"] == "dlq"}
+    assert "content_hash" in reasons["x.txt"]["reason"]
+    assert "missing.txt" in reasons and reasons["missing.txt"]["error_class"].endswith("ContentNotFoundError")
+    assert reasons["missing.txt"]["attempts"] == 1  # permanent: not retried
+    assert status["dead_letters"] >= 3
+    assert any("invalid write event" in row["reason"] and row["path"] is None for row in status["failed"])

@@ -1,4 +1,4 @@
-"""Durable filesystem primitives: fsync, atomic replace, exclusive locks.
+"""Durable file operations shared by the CAS and the BM25 indexes: fsync, atomic replacement, a lock.
 
 A manifest must never point at a generation whose bytes are still in the page cache only, and a reader
 must never see a half-written manifest. Both need the same few calls, in the same order, collected here.
