@@ -90,12 +90,7 @@ def running_postmaster(layout: StackLayout) -> ComponentState | None:
         pid = int((layout.pgdata / "postmaster.pid").read_text().splitlines()[0])
     except (FileNotFoundError, IndexError, ValueError):
         return None
-    marks = cmdline_marks(layout)
-    if not processes.is_same_process(pid, started_at=None, cmdline_marks=marks):
-        return None
-    return ComponentState(
-        pid=pid, log=layout.log_file(NAME), started_at=processes.process_started_at(pid), cmdline_marks=marks
-    )
+    return ComponentState.adopt(pid, log=layout.log_file(NAME), cmdline_marks=cmdline_marks(layout))
 
 
 def start_postgres(*, target: PostgresTarget, layout: StackLayout) -> ComponentState:

@@ -66,12 +66,7 @@ def running_redis(*, endpoint: Endpoint, layout: StackLayout) -> ComponentState 
         pid = int(layout.redis_pidfile.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
-    marks = cmdline_marks(endpoint)
-    if not processes.is_same_process(pid, started_at=None, cmdline_marks=marks):
-        return None
-    return ComponentState(
-        pid=pid, log=layout.log_file(NAME), started_at=processes.process_started_at(pid), cmdline_marks=marks
-    )
+    return ComponentState.adopt(pid, log=layout.log_file(NAME), cmdline_marks=cmdline_marks(endpoint))
 
 
 def start_redis(*, endpoint: Endpoint, layout: StackLayout) -> ComponentState:

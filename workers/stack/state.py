@@ -40,6 +40,13 @@ class ComponentState:
         # A live leader that fails the identity check is a stranger with a reused pid: leave it alone.
         return processes.is_gone(self.pid) and bool(processes.group_members(self.pid))
 
+    @classmethod
+    def adopt(cls, pid: int, *, log: Path, cmdline_marks: tuple[str, ...]) -> ComponentState | None:
+        """The state of a running process found through a pidfile, if it is the program we expect."""
+        if not processes.is_same_process(pid, started_at=None, cmdline_marks=cmdline_marks):
+            return None
+        return cls(pid=pid, log=log, started_at=processes.process_started_at(pid), cmdline_marks=cmdline_marks)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "pid": self.pid,
