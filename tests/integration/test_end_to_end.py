@@ -222,3 +222,12 @@ def test_bad_events_are_dead_lettered_with_a_reason_and_never_block_the_queue(st
     assert reasons["missing.txt"]["attempts"] == 1  # permanent: not retried
     assert status["dead_letters"] >= 3
     assert any("invalid write event" in row["reason"] and row["path"] is None for row in status["failed"])
+
+
+def test_a_second_up_starts_nothing_and_keeps_every_process(stack: Stack) -> None:
+    before = {name: comp.pid for name, comp in stack.state.components.items()}
+    again = stack.cli("up", "--timeout", "60")
+    assert "nothing started" in again.stdout
+    status = json.loads(stack.cli("status", "--json").stdout)
+    assert {name: proc["pid"] for name, proc in status["processes"].items()} == before
+    assert all(proc["alive"] for proc in status["processes"].values())
