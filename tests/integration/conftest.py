@@ -24,7 +24,7 @@ from pipeline.publisher import Publisher
 from pipeline.settings import Settings, load_settings
 from tests.integration.ports import free_port
 from workers import monitor
-from workers.cli.querying import remote_search
+from workers.cli.querying import SearchClient
 from workers.publishing import CeleryEventSink
 from workers.stack import StackState, down, up
 
@@ -36,6 +36,7 @@ class Stack:
     settings: Settings
     state: StackState
     env: dict[str, str]
+    _client: SearchClient | None = None
 
     def publisher(self) -> Any:
         """A context manager yielding a Publisher bound to this stack."""
@@ -45,7 +46,9 @@ class Stack:
         assert monitor.wait_until_indexed(self.settings, timeout=timeout), "pipeline did not drain in time"
 
     def search(self, query: str, zone: str, **kwargs: Any) -> dict[str, Any]:
-        return remote_search(self.settings, query=query, zone=zone, **kwargs)
+        if self._client is None:
+            self._client = SearchClient(self.settings)
+        return self._client.search(query=query, zone=zone, **kwargs)
 
     def cli(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(

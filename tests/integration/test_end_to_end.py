@@ -231,3 +231,29 @@ def test_a_second_up_starts_nothing_and_keeps_every_process(stack: Stack) -> Non
     status = json.loads(stack.cli("status", "--json").stdout)
     assert {name: proc["pid"] for name, proc in status["processes"].items()} == before
     assert all(proc["alive"] for proc in status["processes"].values())
+
+
+def test_eval_scores_every_mode_on_a_small_beir_folder(stack: Stack, tmp_path: Path) -> None:
+    topics = ["volcanic eruptions and lava flows", "neural networks learn representations",
+              "medieval castles had thick walls", "coral reefs bleach in warm water",
+              "compilers translate source code", "honeybees communicate by dancing"]
+    corpus = [{"_id": f"d{i}", "title": f"On topic {i}", "text": f"{topic}. Filler sentence number {i}."}
+              for i, topic in enumerate(topics)]
+    queries = [{"_id": f"q{i}", "text": " ".join(topic.split()[:2])} for i, topic in enumerate(topics)]
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in corpus) + "\n")
+    (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    (tmp_path / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\r\n" + "".join(f"q{i}\td{i}\t1\r\n" for i in range(len(topics))))
+    proc = stack.cli("eval", str(tmp_path), "--json", "--zone", "evaltiny")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(report) == {"keyword", "semantic", "hybrid"}
+    # each query names its document's two leading words: keyword search finds every one first
+    assert report["keyword"]["ndcg@10"] == 1.0 and report["keyword"]["mrr@10"] == 1.0
+    assert report["hybrid"]["recall@100"] == 1.0
+    for row in report.values():
+        assert row["queries"] == 6 and 0 < row["latency_p50_ms"] <= row["latency_p95_ms"]
+    again = stack.cli("eval", str(tmp_path), "--json", "--zone", "evaltiny", "--modes", "keyword")
+    assert "not republishing" in again.stderr and set(json.loads(again.stdout.strip().splitlines()[-1])) == {"keyword"}
+    wrong = stack.cli("eval", str(tmp_path), "--shards", "5", check=False)
+    assert wrong.returncode == 2 and "SHARDFUSE_SHARDS=5" in wrong.stderr

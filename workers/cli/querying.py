@@ -26,21 +26,30 @@ def register(sub: Any) -> None:
     search.set_defaults(handler=run_search)
 
 
+class SearchClient:
+    """Calls ``shardfuse.search`` on a query worker through the broker, reusing one app and its pools."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._app = create_app(settings)
+        self._timeout = settings.query.rpc_timeout_s
+
+    def search(self, **kwargs: Any) -> dict[str, Any]:
+        # expires: a query nobody waits for any more is dropped instead of answered late.
+        result = self._app.send_task(Task.SEARCH.value, kwargs=kwargs, expires=self._timeout)
+        try:
+            answer: dict[str, Any] = result.get(timeout=self._timeout)
+        except CeleryTimeout as exc:
+            raise StoreUnavailableError(
+                f"no query worker answered within {self._timeout:g}s (is the stack up? try `shardfuse status`)"
+            ) from exc
+        finally:
+            result.forget()
+        return answer
+
+
 def remote_search(settings: Settings, **kwargs: Any) -> dict[str, Any]:
-    """Call ``shardfuse.search`` on a query worker and wait for its answer."""
-    app = create_app(settings)
-    timeout = settings.query.rpc_timeout_s
-    # expires: a query nobody waits for any more is dropped instead of answered late.
-    result = app.send_task(Task.SEARCH.value, kwargs=kwargs, expires=timeout)
-    try:
-        answer: dict[str, Any] = result.get(timeout=timeout)
-    except CeleryTimeout as exc:
-        raise StoreUnavailableError(
-            f"no query worker answered within {timeout:g}s (is the stack up? try `shardfuse status`)"
-        ) from exc
-    finally:
-        result.forget()
-    return answer
+    """One search through the RPC task (for a single call; reuse a :class:`SearchClient` for many)."""
+    return SearchClient(settings).search(**kwargs)
 
 
 def run_search(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,0 +1,128 @@
+"""``shardfuse eval``: index a BEIR dataset through the real pipeline and score every search mode."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from pipeline.cas import LocalContentStore
+from pipeline.errors import ConfigurationError
+from pipeline.publisher import Publisher
+from pipeline.settings import Settings
+from pipeline.store import ShardStore, open_pool
+from query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k
+from query.request import Mode
+from workers import monitor
+from workers.cli.querying import SearchClient
+from workers.publishing import CeleryEventSink
+
+RETRIEVE_K = 100  # deep enough for Recall@100
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("eval", help="index a BEIR-layout dataset and report nDCG@10, Recall@100, MRR@10, latency")
+    p.add_argument("dataset", type=Path, metavar="DATASET_DIR")
+    p.add_argument("--split", default="test")
+    p.add_argument("--modes", default="keyword,semantic,hybrid", help="comma-separated search modes")
+    p.add_argument("--shards", type=int, help="check that the running stack has this many shards")
+    p.add_argument("--zone", help="zone to index into (default: eval-<dataset name>)")
+    p.add_argument("--republish", action="store_true", help="publish the corpus even if the zone holds it")
+    p.add_argument("--max-queries", type=int, help="score only the first N judged queries")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for indexing")
+    p.add_argument("--json", action="store_true", help="also print one JSON object, keyed by mode, last")
+    p.set_defaults(handler=run_eval)
+
+
+def run_eval(args: argparse.Namespace, settings: Settings) -> int:
+    modes = [Mode(m.strip()) for m in args.modes.split(",") if m.strip()]
+    if args.shards is not None and args.shards != settings.shards:
+        raise ConfigurationError(
+            f"the stack is configured with {settings.shards} shard(s), not {args.shards}: start a stack with "
+            f"SHARDFUSE_SHARDS={args.shards} (and its own --data-dir and ports) to evaluate that layout"
+        )
+    data = load_beir(args.dataset, split=args.split)
+    zone = args.zone or "eval-" + re.sub(r"[^A-Za-z0-9_.\-]", "-", data.name)
+    _index(data, zone=zone, settings=settings, republish=args.republish, timeout=args.timeout)
+
+    query_ids = sorted(data.queries)[: args.max_queries] if args.max_queries else sorted(data.queries)
+    client = SearchClient(settings)
+    report = {mode.value: _score(data, query_ids, mode=mode, zone=zone, client=client) for mode in modes}
+    print(_table(report, dataset=data.name, queries=len(query_ids), shards=settings.shards))
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+
+def _index(data: BeirDataset, *, zone: str, settings: Settings, republish: bool, timeout: float) -> None:
+    dsns = {settings.shard_dsn(shard) for shard in range(settings.shards)}
+    pools = {dsn: open_pool(dsn, min_size=1, max_size=2) for dsn in dsns}
+    stores = [ShardStore(pools[settings.shard_dsn(s)], s, dimensions=settings.embedder.dimensions)
+              for s in range(settings.shards)]
+    try:
+        total = len(data.corpus)
+        if republish or _settled(stores, zone) != total:
+            with CeleryEventSink.connect(settings) as sink:
+                publisher = Publisher(cas=LocalContentStore(settings.cas_root), sink=sink)
+                for doc in tqdm(data.corpus, desc=f"publishing {data.name} to zone {zone}", unit="doc"):
+                    publisher.write(zone=zone, path=doc.doc_id, data=doc.content.encode("utf-8"))
+        else:
+            print(f"zone {zone!r} already holds the {total} documents of {data.name}; not republishing "
+                  "(--republish to force)", file=sys.stderr)
+        deadline = time.monotonic() + timeout
+        with tqdm(total=total, desc="indexing", unit="doc") as bar:
+            while (done := _settled(stores, zone)) < total:
+                bar.update(done - bar.n)
+                if time.monotonic() > deadline:
+                    raise ConfigurationError(f"only {done} of {total} documents were indexed within {timeout:g}s")
+                time.sleep(1)
+            bar.update(total - bar.n)
+        if not monitor.wait_until_indexed(settings, timeout=max(1.0, deadline - time.monotonic())):
+            raise ConfigurationError("the BM25 indexes did not catch up in time (see `shardfuse status`)")
+    finally:
+        for pool in pools.values():
+            pool.close()
+
+
+def _settled(stores: list[ShardStore], zone: str) -> int:
+    """Documents of ``zone`` that reached a final state (indexed or skipped)."""
+    return sum(row["documents"] + row["skipped"] for s in stores for row in s.zone_counts() if row["zone"] == zone)
+
+
+def _score(data: BeirDataset, query_ids: list[str], *, mode: Mode, zone: str, client: SearchClient) -> dict[str, Any]:
+    ndcg, recall, mrr, latency, server = [], [], [], [], []
+    for qid in tqdm(query_ids, desc=f"querying ({mode.value})", unit="query"):
+        started = time.perf_counter()
+        answer = client.search(query=data.queries[qid], zone=zone, k=RETRIEVE_K, mode=mode.value)
+        latency.append((time.perf_counter() - started) * 1000)
+        server.append(answer["timings_ms"]["total"])
+        ranked = list(dict.fromkeys(hit["path"] for hit in answer["results"]))  # a document at its best chunk
+        judged = data.qrels[qid]
+        ndcg.append(ndcg_at_k(ranked, judged, 10))
+        recall.append(recall_at_k(ranked, judged, 100))
+        mrr.append(mrr_at_k(ranked, judged, 10))
+    n = len(query_ids)
+    return {
+        "ndcg@10": round(sum(ndcg) / n, 4),
+        "recall@100": round(sum(recall) / n, 4),
+        "mrr@10": round(sum(mrr) / n, 4),
+        "latency_p50_ms": round(percentile(latency, 50), 2),
+        "latency_p95_ms": round(percentile(latency, 95), 2),
+        "server_p50_ms": round(percentile(server, 50), 2),
+        "queries": n,
+    }
+
+
+def _table(report: dict[str, dict[str, Any]], *, dataset: str, queries: int, shards: int) -> str:
+    header = f"{dataset}: {queries} judged queries, {shards} shard(s); latency through the shardfuse.search RPC"
+    cols = ("ndcg@10", "recall@100", "mrr@10", "latency_p50_ms", "latency_p95_ms", "server_p50_ms")
+    lines = [header, f"{'mode':<10}" + "".join(f"{c:>16}" for c in cols)]
+    for mode, row in report.items():
+        lines.append(f"{mode:<10}" + "".join(f"{row[c]:>16}" for c in cols))
+    return "\n".join(lines)
