@@ -85,6 +85,8 @@ class Bm25Settings(_Section):
     dir: Path = Path("bm25")
     k1: float = 1.5
     b: float = 0.75
+    # English Snowball stemming of BM25 tokens (index and query alike; changing it rebuilds the indexes).
+    stemming: bool = True
     rebuild_debounce_s: float = Field(default=1.0, ge=0)
     keep_generations: int = Field(default=2, ge=1)
 

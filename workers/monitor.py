@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from pipeline.freshness import Bm25Freshness
-from pipeline.lexical import read_manifest
+from pipeline.lexical import Tokenizer, read_manifest
 from pipeline.settings import Settings
 from workers.names import PIPELINE_QUEUES, Queue
 
@@ -52,8 +52,10 @@ def unacked_by_queue(client: redis.Redis) -> dict[str, int]:
 
 
 def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
-    """Per shard: the published generation and whether it includes every committed write."""
+    """Per shard: the published generation and whether it is current: it includes every committed write
+    and was built by the configured tokenizer (after a tokenizer change every shard needs a rebuild)."""
     tracker = Bm25Freshness(client)
+    tokenizer = Tokenizer(stem=settings.bm25.stemming).name
     rows = []
     for shard in range(settings.shards):
         manifest = read_manifest(settings.bm25_root, shard)
@@ -66,7 +68,8 @@ def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, An
                 "documents": manifest.doc_count if manifest else 0,
                 "built_version": built,
                 "dirty_version": dirty,
-                "current": built >= dirty,
+                "tokenizer": manifest.tokenizer if manifest else None,
+                "current": built >= dirty and (manifest is None or manifest.tokenizer == tokenizer),
             }
         )
     return rows

@@ -20,7 +20,7 @@ from pipeline.batching import EmbedBatcher
 from pipeline.cas import LocalContentStore
 from pipeline.embeddings import Embedder, build_embedder
 from pipeline.freshness import Bm25Freshness
-from pipeline.lexical import LexicalShardReader
+from pipeline.lexical import LexicalShardReader, Tokenizer
 from pipeline.settings import Settings
 from pipeline.store import ShardStore, open_pool
 from pipeline.store.schema import ensure_shared_schema
@@ -92,6 +92,11 @@ class WorkerRuntime:
         return self._once("_embedder", lambda: build_embedder(self.settings.embedder))
 
     @property
+    def lexical_tokenizer(self) -> Tokenizer:
+        """The BM25 tokenizer; the same one builds the indexes and tokenizes queries."""
+        return self._once("_tokenizer", lambda: Tokenizer(stem=self.settings.bm25.stemming))
+
+    @property
     def redis(self) -> redis.Redis:
         return self._once("_redis", lambda: redis.Redis.from_url(self.settings.broker.url))
 
@@ -119,7 +124,7 @@ class WorkerRuntime:
             q = self.settings.query
             shards = []
             for store in self.stores:
-                lexical = LexicalShardReader(self.settings.bm25_root, store.shard)
+                lexical = LexicalShardReader(self.settings.bm25_root, store.shard, tokenizer=self.lexical_tokenizer)
                 lexical.refresh()  # map the published generation now, not on the first query
                 shards.append(StoreShardSearcher(store=store, lexical=lexical, ef_search=q.hnsw_ef_search))
             return SearchService(shards=shards, embedder=self.embedder, over_fetch=q.over_fetch, rrf_k=q.rrf_k)

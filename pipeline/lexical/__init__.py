@@ -8,14 +8,14 @@ from pipeline.lexical.builder import build_shard_index
 from pipeline.lexical.hits import LexicalHit
 from pipeline.lexical.manifest import ShardManifest, read_manifest
 from pipeline.lexical.reader import LexicalShardReader
-from pipeline.lexical.tokenizer import TOKENIZER_NAME, tokenize
+from pipeline.lexical.tokenizer import Tokenizer, split_identifier
 
 __all__ = [
-    "TOKENIZER_NAME",
     "LexicalHit",
     "LexicalShardReader",
     "ShardManifest",
     "build_shard_index",
     "read_manifest",
-    "tokenize",
+    "Tokenizer",
+    "split_identifier",
 ]

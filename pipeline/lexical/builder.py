@@ -34,7 +34,7 @@ from pipeline.lexical.layout import (
     shard_dir,
 )
 from pipeline.lexical.manifest import ShardManifest, read_manifest, write_manifest
-from pipeline.lexical.tokenizer import TOKENIZER_NAME, tokenize
+from pipeline.lexical.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ def build_shard_index(
     k1: float = 1.5,
     b: float = 0.75,
     keep_generations: int = 2,
+    tokenizer: Tokenizer | None = None,
 ) -> ShardManifest:
     """Index ``texts`` (aligned with ``chunk_ids`` and ``zones``) as a new generation of ``shard``.
 
@@ -76,7 +77,10 @@ def build_shard_index(
     try:
         # mkdtemp creates 0700; query workers may run as another user on the shared filesystem.
         staging.chmod(0o755)
-        vocab_size = _write_generation(staging, chunk_ids=chunk_ids, zones=zones, texts=texts, k1=k1, b=b)
+        tokenizer = tokenizer or Tokenizer()
+        vocab_size = _write_generation(
+            staging, chunk_ids=chunk_ids, zones=zones, texts=texts, k1=k1, b=b, tokenizer=tokenizer
+        )
         fsync_tree(staging)
         with exclusive_lock(directory / LOCK_NAME):
             current = _current_manifest_for_publish(root, shard)
@@ -102,7 +106,7 @@ def build_shard_index(
                 k1=k1,
                 b=b,
                 vocab_size=vocab_size,
-                tokenizer=TOKENIZER_NAME,
+                tokenizer=tokenizer.name,
             )
             write_manifest(root, manifest)
             _collect_garbage(directory, keep_generations=keep_generations, published=generation)
@@ -120,6 +124,7 @@ def _write_generation(
     texts: Sequence[str],
     k1: float,
     b: float,
+    tokenizer: Tokenizer,
 ) -> int:
     """Write one generation's files into ``target``; return the vocabulary size (0: no bm25s files)."""
     if not chunk_ids:
@@ -132,7 +137,7 @@ def _write_generation(
 
     # Chunks without tokens stay in the corpus as empty documents so bm25s doc ids stay aligned with the
     # arrays above; they can never score above zero.
-    corpus_tokens = [tokenize(text) for text in texts]
+    corpus_tokens = [tokenizer(text) for text in texts]
     vocab_size = len({token for tokens in corpus_tokens for token in tokens})
     if vocab_size == 0:
         # bm25s cannot index a corpus without a single token (its empty-token bookkeeping calls max() on

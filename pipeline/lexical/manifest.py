@@ -18,7 +18,6 @@ from typing import Any
 from pipeline.errors import PermanentError, StoreUnavailableError
 from pipeline.fileio import atomic_write_bytes
 from pipeline.lexical.layout import MANIFEST_TMP_PREFIX, manifest_path, shard_dir
-from pipeline.lexical.tokenizer import TOKENIZER_NAME
 
 # Bumped when the on-disk layout of a generation changes incompatibly.
 MANIFEST_FORMAT = 1
@@ -44,7 +43,8 @@ class ShardManifest:
     k1: float
     b: float
     vocab_size: int = 0
-    tokenizer: str = TOKENIZER_NAME
+    # Manifests written before the field existed were built by the first, simple tokenizer.
+    tokenizer: str = "simple-v1"
 
     def to_json(self) -> str:
         """Serialise to JSON (with a format number, checked by :meth:`from_json`)."""

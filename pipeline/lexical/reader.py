@@ -9,6 +9,7 @@ reference to the generation they started with, so a swap never pulls arrays from
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -20,7 +21,7 @@ import bm25s
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.errors import ConfigurationError, InvalidQueryError, PermanentError, StoreUnavailableError
+from pipeline.errors import InvalidQueryError, PermanentError, StoreUnavailableError
 from pipeline.lexical.hits import LexicalHit
 from pipeline.lexical.layout import (
     CHUNK_IDS_FILE,
@@ -30,7 +31,9 @@ from pipeline.lexical.layout import (
     shard_dir,
 )
 from pipeline.lexical.manifest import ShardManifest, read_manifest
-from pipeline.lexical.tokenizer import TOKENIZER_NAME, tokenize
+from pipeline.lexical.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
 
 # What identifies one version of MANIFEST.json without reading it: os.replace gives every publish a new
 # inode, and mtime/ctime/size guard against the filesystem reusing a freed inode number.
@@ -136,7 +139,15 @@ class LexicalShardReader:
     shared with the page cache and between worker processes on one machine.
     """
 
-    def __init__(self, root: Path, shard: int, *, mask_cache_bytes: int = _DEFAULT_MASK_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        root: Path,
+        shard: int,
+        *,
+        tokenizer: Tokenizer | None = None,
+        mask_cache_bytes: int = _DEFAULT_MASK_CACHE_BYTES,
+    ) -> None:
+        self._tokenizer = tokenizer or Tokenizer()
         self._root = root
         self._shard = shard
         self._mask_cache_bytes = mask_cache_bytes
@@ -177,7 +188,7 @@ class LexicalShardReader:
         """
         if k < 1:
             raise InvalidQueryError(f"k must be at least 1, got {k}")
-        tokens = tokenize(query)
+        tokens = self._tokenizer(query)
         state = self._current(wait=False)
         if not tokens:
             return []
@@ -238,11 +249,16 @@ class LexicalShardReader:
         )
 
     def _load_generation(self, key: _StatKey | None, manifest: ShardManifest) -> _Generation:
-        if manifest.tokenizer != TOKENIZER_NAME:
-            raise ConfigurationError(
-                f"shard {self._shard}: BM25 index was built with tokenizer {manifest.tokenizer!r} but this "
-                f"worker tokenizes queries with {TOKENIZER_NAME!r}; rebuild the shard's BM25 index"
+        if manifest.tokenizer != self._tokenizer.name:
+            # Never search with mismatched tokens. The keyword leg of this shard stays empty until the shard
+            # is rebuilt with this tokenizer (`shardfuse wait` and the next write both trigger that), rather
+            # than failing every query in the meantime.
+            logger.warning(
+                "shard %d: BM25 generation %d was built with tokenizer %r, this worker uses %r; "
+                "its keyword leg is empty until the shard is rebuilt",
+                self._shard, manifest.generation, manifest.tokenizer, self._tokenizer.name,
             )
+            return _Generation(key=key, manifest=None)
         if manifest.doc_count == 0 or manifest.vocab_size == 0:
             return _Generation(key=key, manifest=manifest)
         directory = shard_dir(self._root, self._shard) / manifest.directory

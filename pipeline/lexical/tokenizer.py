@@ -1,37 +1,84 @@
 """The one tokenizer shared by BM25 indexing and BM25 querying.
 
-Index and query must agree token for token, so both sides call :func:`tokenize` and the name of the
-tokenizer is recorded in every shard manifest (:data:`TOKENIZER_NAME`): a reader refuses an index built by
-a different tokenizer instead of silently returning nothing. A code-aware tokenizer will replace this one;
-it should get a new name.
+Index and query must agree token for token, so both sides use the same :class:`Tokenizer` and its
+:attr:`~Tokenizer.name` is recorded in every shard manifest: a reader never searches an index built by a
+different tokenizer (the shard is rebuilt instead).
+
+Code-aware: identifiers are split at ``snake_case`` underscores, ``camelCase``/``PascalCase`` humps,
+``SCREAMING_SNAKE`` words and letter/digit boundaries, and the whole identifier is kept as a token too, so
+``getUserId`` matches a query for "get user id" and one for "getUserId". Tokens are lower-cased, English and
+code stopwords dropped, and (optionally) Snowball-stemmed; whole identifiers are not stemmed.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
-TOKENIZER_NAME = "simple-v1"
+import Stemmer
 
-# Words so common in English prose that they only add postings and noise. Kept short on purpose: code
-# identifiers such as ``if``/``for``/``not`` are meaningful search terms and a later tokenizer may index them.
+TOKENIZER_VERSION = "code-v1"
+
 # fmt: off
-STOPWORDS: frozenset[str] = frozenset(
-    {
-        "a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "for", "from", "has", "have", "he",
-        "her", "his", "in", "into", "is", "it", "its", "of", "on", "or", "our", "she", "so", "than", "that",
-        "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "was", "we", "were",
-        "what", "when", "which", "who", "will", "with", "you", "your",
-    }
-)
+ENGLISH_STOPWORDS: frozenset[str] = frozenset({
+    "a", "about", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did", "do",
+    "does", "for", "from", "had", "has", "have", "he", "her", "his", "how", "i", "if", "in", "into", "is",
+    "it", "its", "me", "my", "of", "on", "or", "our", "she", "should", "so", "than", "that", "the", "their",
+    "them", "then", "there", "these", "they", "this", "those", "to", "was", "we", "were", "what", "when",
+    "where", "which", "who", "why", "will", "with", "would", "you", "your",
+})
+# Words every Python (and most other) source file is full of: as search terms they select nothing.
+CODE_STOPWORDS: frozenset[str] = frozenset({
+    "self", "cls", "def", "return", "import", "none", "null", "true", "false", "elif", "else", "pass",
+    "var", "let", "const", "args", "kwargs", "param", "params", "returns", "type", "str", "int",
+})
 # fmt: on
+STOPWORDS = ENGLISH_STOPWORDS | CODE_STOPWORDS
 
 _WORD = re.compile(r"\w+")
+# One part of an ASCII identifier: an acronym before a capitalised word (HTTP|Server), a capitalised or
+# lower-case word, an all-caps run, or a run of digits.
+_ASCII_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+# Other scripts: identifiers there are rare and case humps unreliable, so split at digits only.
+_OTHER_PART = re.compile(r"\d+|[^\W\d_]+")
 
 
-def tokenize(text: str) -> list[str]:
-    """Split ``text`` into lower-case word tokens, without stopwords and one-character tokens.
+def split_identifier(word: str) -> list[str]:
+    """``"HTTPServer2_getUserID"`` → ``["HTTP", "Server", "2", "get", "User", "ID"]``."""
+    return [
+        part
+        for piece in word.split("_")
+        for part in (_ASCII_PART if piece.isascii() else _OTHER_PART).findall(piece)
+    ]
 
-    A word is a run of ``\\w`` characters (letters, digits, underscore, in any script), so
-    ``snake_case_name`` stays one token while ``a.b-c`` splits on the punctuation.
-    """
-    return [token for token in _WORD.findall(text.lower()) if len(token) > 1 and token not in STOPWORDS]
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """Code-aware tokens for BM25; ``stem`` applies the English Snowball stemmer (PyStemmer)."""
+
+    stem: bool = True
+    _stemmer: Any = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.stem:
+            object.__setattr__(self, "_stemmer", Stemmer.Stemmer("english"))
+
+    @property
+    def name(self) -> str:
+        return f"{TOKENIZER_VERSION}+snowball-en" if self.stem else TOKENIZER_VERSION
+
+    def __call__(self, text: str) -> list[str]:
+        tokens: list[str] = []
+        for word in _WORD.findall(text):
+            parts = split_identifier(word)
+            lowered = [p.lower() for p in parts if len(p) > 1 or p.isdigit()]
+            kept = [p for p in lowered if p not in STOPWORDS]
+            if self._stemmer is not None and kept:
+                kept = self._stemmer.stemWords(kept)
+            tokens.extend(kept)
+            if len(parts) > 1:
+                whole = word.lower()
+                if whole not in STOPWORDS:
+                    tokens.append(whole)
+        return tokens

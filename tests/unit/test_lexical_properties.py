@@ -10,7 +10,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.lexical import LexicalShardReader, build_shard_index, tokenize
+from pipeline.lexical import LexicalShardReader, Tokenizer, build_shard_index
+
+tokenize = Tokenizer()
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "zeta", "the", "x"]
 ZONES = ["a", "b", "c"]

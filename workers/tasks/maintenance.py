@@ -39,6 +39,7 @@ def bm25_rebuild(self: PipelineTask, shard: int) -> dict[str, Any]:
             k1=settings.bm25.k1,
             b=settings.bm25.b,
             keep_generations=settings.bm25.keep_generations,
+            tokenizer=runtime.lexical_tokenizer,
         )
         return {"shard": shard, "generation": manifest.generation, "documents": manifest.doc_count,
                 "built_version": version}
