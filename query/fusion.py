@@ -1,9 +1,29 @@
-"""Rank fusion, as pure functions over ranked id lists."""
+"""Rank fusion, as pure functions over each leg's ranked ``(id, score)`` lists (best first).
+
+- :func:`rrf` — reciprocal rank fusion (Cormack et al., 2009), optionally weighted per leg;
+- :func:`weighted` — min-max normalised scores, ``alpha`` on the vector leg, ``1 - alpha`` on keyword;
+- :func:`rrf_weighted` — RRF with ``alpha`` on the vector leg (``alpha = 0.5`` is plain RRF);
+- :func:`convex` — per-leg min-max normalisation, a weighted sum whose weights are renormalised over the
+  legs that are on, then min-max normalised again, so scores are comparable across queries.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+KEYWORD = "keyword"
+VECTOR = "vector"
+
+Leg = Sequence[tuple[str, float]]  # (chunk id, raw score), best first
+
+
+class Fusion(enum.StrEnum):
+    RRF = "rrf"
+    WEIGHTED = "weighted"
+    RRF_WEIGHTED = "rrf_weighted"
+    CONVEX = "convex"
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,22 +35,91 @@ class FusedHit:
     ranks: Mapping[str, int] = field(default_factory=dict)
 
 
-def rrf(legs: Mapping[str, Sequence[str]], *, k: int = 60) -> list[FusedHit]:
-    """Reciprocal rank fusion (Cormack et al., 2009): ``score(d) = Σ_leg 1 / (k + rank_leg(d))``.
-
-    ``legs`` maps a leg name to its ids, best first. Ties are broken by the best single-leg rank, then by
-    id, so the output is deterministic.
-    """
-    if k < 1:
-        raise ValueError("rrf k must be at least 1")
-    scores: dict[str, float] = {}
+def _ranks(legs: Mapping[str, Leg]) -> dict[str, dict[str, int]]:
     ranks: dict[str, dict[str, int]] = {}
-    for leg, ids in legs.items():
-        for rank, chunk_id in enumerate(ids, start=1):
-            leg_ranks = ranks.setdefault(chunk_id, {})
-            if leg in leg_ranks:  # a leg that lists an id twice counts its best rank once
-                continue
-            leg_ranks[leg] = rank
-            scores[chunk_id] = scores.get(chunk_id, 0.0) + 1.0 / (k + rank)
+    for leg, hits in legs.items():
+        for rank, (chunk_id, _) in enumerate(hits, start=1):
+            ranks.setdefault(chunk_id, {}).setdefault(leg, rank)  # a repeated id keeps its best rank
+    return ranks
+
+
+def _ordered(scores: dict[str, float], ranks: dict[str, dict[str, int]]) -> list[FusedHit]:
+    # Ties: the better single-leg rank first, then the id, so the output is deterministic.
     ordered = sorted(scores, key=lambda c: (-scores[c], min(ranks[c].values()), c))
     return [FusedHit(chunk_id=c, score=scores[c], ranks=ranks[c]) for c in ordered]
+
+
+def rrf(legs: Mapping[str, Leg], *, k: int = 60, weights: Mapping[str, float] | None = None) -> list[FusedHit]:
+    """``score(d) = Σ_leg w_leg / (k + rank_leg(d))``; weights default to 1."""
+    if k < 1:
+        raise ValueError("rrf k must be at least 1")
+    ranks = _ranks(legs)
+    scores = {
+        chunk_id: sum((weights or {}).get(leg, 1.0) / (k + rank) for leg, rank in leg_ranks.items())
+        for chunk_id, leg_ranks in ranks.items()
+    }
+    return _ordered(scores, ranks)
+
+
+def rrf_weighted(legs: Mapping[str, Leg], *, alpha: float = 0.5, k: int = 60) -> list[FusedHit]:
+    """RRF with weight ``2·alpha`` on the vector leg and ``2·(1 − alpha)`` on the keyword leg."""
+    _check_alpha(alpha)
+    return rrf(legs, k=k, weights={VECTOR: 2 * alpha, KEYWORD: 2 * (1 - alpha)})
+
+
+def min_max(hits: Leg) -> dict[str, float]:
+    """Scores scaled to [0, 1] within one leg; a leg whose scores are all equal scores 1.0 throughout."""
+    if not hits:
+        return {}
+    scores = [score for _, score in hits]
+    low, high = min(scores), max(scores)
+    span = high - low
+    normalised: dict[str, float] = {}
+    for chunk_id, score in hits:
+        normalised.setdefault(chunk_id, (score - low) / span if span > 0 else 1.0)
+    return normalised
+
+
+def weighted(legs: Mapping[str, Leg], *, alpha: float = 0.5) -> list[FusedHit]:
+    """``alpha · vector + (1 − alpha) · keyword`` over min-max normalised scores (0 where a leg missed)."""
+    _check_alpha(alpha)
+    return _linear(legs, {VECTOR: alpha, KEYWORD: 1 - alpha}, renormalise=False)
+
+
+def convex(legs: Mapping[str, Leg], *, weights: Mapping[str, float] | None = None) -> list[FusedHit]:
+    """Normalise each leg, sum with ``weights`` renormalised over the legs present (a leg that is off —
+    absent, or weight 0 — gives its share to the others), then min-max normalise the fused scores."""
+    return _linear(legs, weights or {leg: 1.0 for leg in legs}, renormalise=True)
+
+
+def _linear(legs: Mapping[str, Leg], weights: Mapping[str, float], *, renormalise: bool) -> list[FusedHit]:
+    if any(w < 0 for w in weights.values()):
+        raise ValueError("fusion weights must not be negative")
+    active = {leg: weights.get(leg, 0.0) for leg in legs if weights.get(leg, 0.0) > 0 and legs[leg]}
+    if renormalise and active:
+        total = sum(active.values())
+        active = {leg: w / total for leg, w in active.items()}
+    ranks = _ranks(legs)
+    scores = dict.fromkeys(ranks, 0.0)
+    for leg, weight in active.items():
+        for chunk_id, value in min_max(legs[leg]).items():
+            scores[chunk_id] += weight * value
+    if renormalise:
+        scores = min_max(list(scores.items())) if scores else scores
+    return _ordered(scores, ranks)
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be within 0..1, got {alpha}")
+
+
+def fuse(method: Fusion, legs: Mapping[str, Leg], *, alpha: float = 0.5, rrf_k: int = 60) -> list[FusedHit]:
+    """Fuse with the named method (the request's ``fusion``)."""
+    methods: dict[Fusion, Callable[[], list[FusedHit]]] = {
+        Fusion.RRF: lambda: rrf(legs, k=rrf_k),
+        Fusion.RRF_WEIGHTED: lambda: rrf_weighted(legs, alpha=alpha, k=rrf_k),
+        Fusion.WEIGHTED: lambda: weighted(legs, alpha=alpha),
+        Fusion.CONVEX: lambda: convex(legs, weights={VECTOR: alpha, KEYWORD: 1 - alpha}),
+    }
+    return methods[method]()

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from pipeline.errors import InvalidQueryError
+from query.fusion import Fusion
 
 _ZONE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 MAX_QUERY_CHARS = 4096
@@ -32,10 +33,23 @@ class SearchRequest:
     zone: str
     k: int = 10
     mode: Mode = Mode.HYBRID
+    fusion: Fusion = Fusion.RRF
+    alpha: float = 0.5  # the vector leg's weight in weighted fusions
+    rrf_k: int | None = None  # None: the configured default
 
     @classmethod
-    def parse(cls, *, query: object, zone: object, k: object = 10, mode: object = "hybrid",
-              max_k: int = 1000) -> SearchRequest:
+    def parse(
+        cls,
+        *,
+        query: object,
+        zone: object,
+        k: object = 10,
+        mode: object = "hybrid",
+        fusion: object = "rrf",
+        alpha: object = 0.5,
+        rrf_k: object = None,
+        max_k: int = 1000,
+    ) -> SearchRequest:
         """Build a request from untrusted RPC arguments; every problem is an :class:`InvalidQueryError`."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidQueryError("query must be a non-empty string")
@@ -48,4 +62,12 @@ class SearchRequest:
         if not isinstance(mode, str) or mode not in {m.value for m in Mode}:
             choices = ", ".join(m.value for m in Mode)
             raise InvalidQueryError(f"unknown mode {mode!r}; choose one of {choices}")
-        return cls(query=query, zone=zone, k=k, mode=Mode(mode))
+        if not isinstance(fusion, str) or fusion not in {f.value for f in Fusion}:
+            choices = ", ".join(f.value for f in Fusion)
+            raise InvalidQueryError(f"unknown fusion {fusion!r}; choose one of {choices}")
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1:
+            raise InvalidQueryError(f"alpha must be a number from 0 to 1, got {alpha!r}")
+        if rrf_k is not None and (isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or rrf_k < 1):
+            raise InvalidQueryError(f"rrf_k must be a positive integer, got {rrf_k!r}")
+        return cls(query=query, zone=zone, k=k, mode=Mode(mode), fusion=Fusion(fusion), alpha=float(alpha),
+                   rrf_k=rrf_k)

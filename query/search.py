@@ -13,12 +13,9 @@ import numpy.typing as npt
 
 from pipeline.embeddings import Embedder
 from pipeline.store import ChunkRecord
-from query.fusion import rrf
+from query.fusion import KEYWORD, VECTOR, fuse
 from query.request import SearchRequest
 from query.shards import LegHit, ShardSearcher
-
-KEYWORD = "keyword"
-VECTOR = "vector"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +71,12 @@ class SearchService:
             timings[name] = leg.ms
 
         t = time.perf_counter()
-        fused = rrf({name: [h.chunk_id for _, h in leg.hits] for name, leg in legs.items()}, k=self._rrf_k)
+        fused = fuse(
+            request.fusion,
+            {name: [(h.chunk_id, h.score) for _, h in leg.hits] for name, leg in legs.items()},
+            alpha=request.alpha,
+            rrf_k=request.rrf_k or self._rrf_k,
+        )
         timings["fuse"] = _ms(t)
 
         t = time.perf_counter()
@@ -98,6 +100,7 @@ class SearchService:
                     "end_line": record.end_line,
                     "text": record.text,
                     "score": hit.score,
+                    "fused_score": hit.score,
                     "keyword_score": leg_scores.get(KEYWORD, {}).get(hit.chunk_id),
                     "vector_score": leg_scores.get(VECTOR, {}).get(hit.chunk_id),
                     "keyword_rank": hit.ranks.get(KEYWORD),
@@ -112,6 +115,7 @@ class SearchService:
             "query": request.query,
             "zone": request.zone,
             "mode": request.mode.value,
+            "fusion": request.fusion.value,
             "k": request.k,
             "results": results,
             "timings_ms": {name: round(value, 3) for name, value in timings.items()},

@@ -90,9 +90,24 @@ def test_hits_whose_chunks_are_gone_are_dropped_and_the_next_ones_fill_k() -> No
         ({"k": "10"}, "k must"),
         ({"k": True}, "k must"),
         ({"mode": "fuzzy"}, "unknown mode"),
+        ({"fusion": "borda"}, "unknown fusion"),
+        ({"alpha": 1.5}, "alpha"),
+        ({"alpha": "half"}, "alpha"),
+        ({"rrf_k": 0}, "rrf_k"),
     ],
 )
 def test_invalid_requests_are_rejected_before_any_shard_is_touched(kwargs: dict[str, object], message: str) -> None:
-    args: dict[str, object] = {"query": "q", "zone": "z", "k": 10, "mode": "hybrid", **kwargs}
+    args: dict[str, object] = {"query": "q", "zone": "z", "k": 10, "mode": "hybrid", "fusion": "rrf", **kwargs}
     with pytest.raises(InvalidQueryError, match=message):
         SearchRequest.parse(**args)  # type: ignore[arg-type]
+
+
+def test_the_requested_fusion_decides_the_order() -> None:
+    shard = FakeShard(0, keyword=[LegHit("a", 9.0), LegHit("b", 1.0)], vector=[LegHit("b", 0.9), LegHit("a", 0.1)],
+                      records={"a": "a", "b": "b"})
+    service = _service(shard)
+    vector_only = service.search(SearchRequest.parse(query="q", zone="z", fusion="weighted", alpha=1.0))
+    keyword_only = service.search(SearchRequest.parse(query="q", zone="z", fusion="weighted", alpha=0.0))
+    assert [r["chunk_id"] for r in vector_only["results"]] == ["b", "a"]
+    assert [r["chunk_id"] for r in keyword_only["results"]] == ["a", "b"]
+    assert vector_only["fusion"] == "weighted" and vector_only["results"][0]["fused_score"] == 1.0

@@ -18,6 +18,7 @@ from pipeline.publisher import Publisher
 from pipeline.settings import Settings
 from pipeline.store import ShardStore, open_pool
 from query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k
+from query.fusion import Fusion
 from query.request import Mode
 from workers import monitor
 from workers.cli.querying import SearchClient
@@ -31,6 +32,9 @@ def register(sub: Any) -> None:
     p.add_argument("dataset", type=Path, metavar="DATASET_DIR")
     p.add_argument("--split", default="test")
     p.add_argument("--modes", default="keyword,semantic,hybrid", help="comma-separated search modes")
+    p.add_argument("--fusion", choices=[f.value for f in Fusion], default=Fusion.RRF.value,
+                   help="fusion of the hybrid mode")
+    p.add_argument("--alpha", type=float, default=0.5, help="vector leg weight for weighted fusions")
     p.add_argument("--shards", type=int, help="check that the running stack has this many shards")
     p.add_argument("--zone", help="zone to index into (default: eval-<dataset name>)")
     p.add_argument("--republish", action="store_true", help="publish the corpus even if the zone holds it")
@@ -53,7 +57,9 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
 
     query_ids = sorted(data.queries)[: args.max_queries] if args.max_queries else sorted(data.queries)
     client = SearchClient(settings)
-    report = {mode.value: _score(data, query_ids, mode=mode, zone=zone, client=client) for mode in modes}
+    options = {"fusion": args.fusion, "alpha": args.alpha}
+    report = {mode.value: _score(data, query_ids, mode=mode, zone=zone, client=client, options=options)
+              for mode in modes}
     print(_table(report, dataset=data.name, queries=len(query_ids), shards=settings.shards))
     if args.json:
         print(json.dumps(report))
@@ -95,11 +101,13 @@ def _settled(stores: list[ShardStore], zone: str) -> int:
     return sum(row["documents"] + row["skipped"] for s in stores for row in s.zone_counts() if row["zone"] == zone)
 
 
-def _score(data: BeirDataset, query_ids: list[str], *, mode: Mode, zone: str, client: SearchClient) -> dict[str, Any]:
+def _score(
+    data: BeirDataset, query_ids: list[str], *, mode: Mode, zone: str, client: SearchClient, options: dict[str, Any]
+) -> dict[str, Any]:
     ndcg, recall, mrr, latency, server = [], [], [], [], []
     for qid in tqdm(query_ids, desc=f"querying ({mode.value})", unit="query"):
         started = time.perf_counter()
-        answer = client.search(query=data.queries[qid], zone=zone, k=RETRIEVE_K, mode=mode.value)
+        answer = client.search(query=data.queries[qid], zone=zone, k=RETRIEVE_K, mode=mode.value, **options)
         latency.append((time.perf_counter() - started) * 1000)
         server.append(answer["timings_ms"]["total"])
         ranked = list(dict.fromkeys(hit["path"] for hit in answer["results"]))  # a document at its best chunk

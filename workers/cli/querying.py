@@ -11,6 +11,7 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 
 from pipeline.errors import StoreUnavailableError
 from pipeline.settings import Settings
+from query.fusion import Fusion
 from query.request import Mode
 from workers.app_factory import create_app
 from workers.names import Task
@@ -22,6 +23,8 @@ def register(sub: Any) -> None:
     search.add_argument("--zone", required=True)
     search.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.HYBRID.value)
     search.add_argument("-k", type=int, default=10, help="number of results (default 10)")
+    search.add_argument("--fusion", choices=[f.value for f in Fusion], default=Fusion.RRF.value)
+    search.add_argument("--alpha", type=float, default=0.5, help="vector leg weight for weighted fusions")
     search.add_argument("--json", action="store_true", help="print the task's JSON answer")
     search.set_defaults(handler=run_search)
 
@@ -54,7 +57,8 @@ def remote_search(settings: Settings, **kwargs: Any) -> dict[str, Any]:
 
 def run_search(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        answer = remote_search(settings, query=args.query, zone=args.zone, k=args.k, mode=args.mode)
+        answer = remote_search(settings, query=args.query, zone=args.zone, k=args.k, mode=args.mode,
+                               fusion=args.fusion, alpha=args.alpha)
     except StoreUnavailableError:
         raise
     except Exception as exc:  # the worker's exception, rebuilt by Celery: print it as the user's error

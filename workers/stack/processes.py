@@ -47,9 +47,9 @@ def is_same_process(pid: int, *, started_at: float | None, cmdline_marks: Sequen
 
 
 def is_gone(pid: int) -> bool:
-    """True if no process ``pid`` exists any more (a zombie counts as gone)."""
+    """True if no process ``pid`` exists any more (a zombie whose threads have all exited counts as gone)."""
     try:
-        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+        return _is_dead_zombie(psutil.Process(pid))
     except psutil.NoSuchProcess:
         return True
 
@@ -104,7 +104,7 @@ def group_members(pgid: int) -> list[psutil.Process]:
     members: list[psutil.Process] = []
     for proc in psutil.process_iter():
         try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+            if os.getpgid(proc.pid) == pgid and not _is_dead_zombie(proc):
                 members.append(proc)
         except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
             continue
@@ -159,9 +159,20 @@ def _has_exited(proc: psutil.Process) -> bool:
     _reap(proc.pid)
     try:
         # is_running() also compares the creation time, so a reused pid counts as exited.
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+        return not proc.is_running() or _is_dead_zombie(proc)
     except psutil.NoSuchProcess:
         return True
+
+
+def _is_dead_zombie(proc: psutil.Process) -> bool:
+    """True if ``proc`` is a zombie and none of its threads is left.
+
+    A multi-threaded process (redis-server) killed by a signal shows as a zombie as soon as its main
+    thread has exited, while its other threads may still be on their way out; until the last one is, the
+    process keeps its files open, a listening socket included. Counting it as gone that early lets a
+    replacement find the port still taken.
+    """
+    return bool(proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() <= 1)
 
 
 def _reap(pid: int) -> None:

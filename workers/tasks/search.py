@@ -15,7 +15,17 @@ _limits = _settings.workers.query_limits
 
 
 @app.task(name=Task.SEARCH.value, bind=True, soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
-def search(self: CeleryTask, query: Any, zone: Any, k: Any = 10, mode: Any = "hybrid") -> dict[str, Any]:
+def search(
+    self: CeleryTask,
+    query: Any,
+    zone: Any,
+    k: Any = 10,
+    mode: Any = "hybrid",
+    fusion: Any = "rrf",
+    alpha: Any = 0.5,
+    rrf_k: Any = None,
+) -> dict[str, Any]:
     """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception."""
-    request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, max_k=_settings.query.max_k)
+    request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion, alpha=alpha,
+                                  rrf_k=rrf_k, max_k=_settings.query.max_k)
     return self.app.shardfuse_runtime.get().searcher.search(request)  # type: ignore[no-any-return]
