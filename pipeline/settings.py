@@ -96,6 +96,11 @@ class QuerySettings(_Section):
     rrf_k: int = Field(default=60, ge=1)
     max_k: int = Field(default=1000, ge=1)
     hnsw_ef_search: int = Field(default=100, ge=1)
+    # Diversification: at most this many chunks of one file in a result list (0 switches it off).
+    max_chunks_per_file: int = Field(default=3, ge=0)
+    # Results ranked below this carry a snippet instead of their chunk's full text.
+    full_text_top_n: int = Field(default=8, ge=0)
+    snippet_chars: int = Field(default=240, ge=20)
     rpc_timeout_s: float = 30.0
 
 

@@ -14,6 +14,7 @@ import numpy.typing as npt
 from pipeline.embeddings import Embedder
 from pipeline.store import ChunkRecord
 from query.fusion import KEYWORD, VECTOR, fuse
+from query.ranking import diversify, snippet
 from query.request import SearchRequest
 from query.shards import LegHit, ShardSearcher
 
@@ -34,11 +35,17 @@ class SearchService:
         embedder: Embedder,
         over_fetch: int = 3,
         rrf_k: int = 60,
+        max_chunks_per_file: int = 3,
+        full_text_top_n: int = 8,
+        snippet_chars: int = 240,
     ) -> None:
         self._shards = list(shards)
         self._embedder = embedder
         self._over_fetch = over_fetch
         self._rrf_k = rrf_k
+        self._max_per_file = max_chunks_per_file or None
+        self._full_text_top_n = full_text_top_n
+        self._snippet_chars = snippet_chars
         # Two legs per shard run at once; the pool lives as long as the service (one per worker process).
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self._shards)), thread_name_prefix="shard")
 
@@ -85,11 +92,11 @@ class SearchService:
         records = self._hydrate([f.chunk_id for f in fused], located, request.zone)
         timings["hydrate"] = _ms(t)
 
+        # Chunks replaced or deleted since their BM25 generation was built do not hydrate: drop them.
+        present = ((hit, records[hit.chunk_id]) for hit in fused if hit.chunk_id in records)
         results: list[dict[str, Any]] = []
-        for hit in fused:
-            record = records.get(hit.chunk_id)
-            if record is None:  # replaced or deleted since its BM25 generation was built
-                continue
+        for hit, record in diversify(present, key=lambda pair: pair[1].path, max_per_key=self._max_per_file):
+            full = len(results) < self._full_text_top_n
             results.append(
                 {
                     "rank": len(results) + 1,
@@ -98,7 +105,8 @@ class SearchService:
                     "path": record.path,
                     "start_line": record.start_line,
                     "end_line": record.end_line,
-                    "text": record.text,
+                    "text": record.text if full else snippet(record.text, max_chars=self._snippet_chars),
+                    "truncated": not full and len(record.text) > self._snippet_chars,
                     "score": hit.score,
                     "fused_score": hit.score,
                     "keyword_score": leg_scores.get(KEYWORD, {}).get(hit.chunk_id),

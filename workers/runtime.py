@@ -127,7 +127,15 @@ class WorkerRuntime:
                 lexical = LexicalShardReader(self.settings.bm25_root, store.shard, tokenizer=self.lexical_tokenizer)
                 lexical.refresh()  # map the published generation now, not on the first query
                 shards.append(StoreShardSearcher(store=store, lexical=lexical, ef_search=q.hnsw_ef_search))
-            return SearchService(shards=shards, embedder=self.embedder, over_fetch=q.over_fetch, rrf_k=q.rrf_k)
+            return SearchService(
+                shards=shards,
+                embedder=self.embedder,
+                over_fetch=q.over_fetch,
+                rrf_k=q.rrf_k,
+                max_chunks_per_file=q.max_chunks_per_file,
+                full_text_top_n=q.full_text_top_n,
+                snippet_chars=q.snippet_chars,
+            )
 
         return self._once("_searcher", build)
 

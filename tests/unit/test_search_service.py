@@ -111,3 +111,28 @@ def test_the_requested_fusion_decides_the_order() -> None:
     assert [r["chunk_id"] for r in vector_only["results"]] == ["b", "a"]
     assert [r["chunk_id"] for r in keyword_only["results"]] == ["a", "b"]
     assert vector_only["fusion"] == "weighted" and vector_only["results"][0]["fused_score"] == 1.0
+
+
+def test_results_are_diversified_per_file_and_only_the_top_carry_full_text() -> None:
+    ids = [f"c{i}" for i in range(8)]
+    records = {c: ("same.py" if i < 5 else f"other{i}.py") for i, c in enumerate(ids)}
+    shard = FakeShard(0, keyword=[LegHit(c, 10.0 - i) for i, c in enumerate(ids)], vector=[], records=records)
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(16), over_fetch=2, max_chunks_per_file=2,
+                            full_text_top_n=2, snippet_chars=20)
+    results = service.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD))["results"]
+    assert [r["chunk_id"] for r in results] == ["c0", "c1", "c5", "c6", "c7"]  # c2..c4: a third same.py
+    assert [r["rank"] for r in results] == [1, 2, 3, 4, 5]
+    assert [r["truncated"] for r in results] == [False, False, False, False, False]  # "text of cN" is short
+
+    class LongText(FakeShard):
+        def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
+            return {c: ChunkRecord(c, zone, records[c], 1, 9, "word " * 50) for c in chunk_ids}
+
+    long = LongText(0, keyword=[LegHit(c, 10.0 - i) for i, c in enumerate(ids)], vector=[], records=records)
+    service = SearchService(shards=[long], embedder=HashingEmbedder(16), over_fetch=2, max_chunks_per_file=2,
+                            full_text_top_n=2, snippet_chars=20)
+    results = service.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD))["results"]
+    assert [r["truncated"] for r in results] == [False, False, True, True, True]
+    assert results[0]["text"] == "word " * 50 and len(results[2]["text"]) <= 20 and results[2]["text"].endswith("…")
+    unlimited = SearchService(shards=[shard], embedder=HashingEmbedder(16), over_fetch=2, max_chunks_per_file=0)
+    assert len(unlimited.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD))["results"]) == 8
