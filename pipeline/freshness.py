@@ -5,6 +5,10 @@ from in its manifest (``built_version``). The index is current when ``built_vers
 A rebuild is scheduled at most once per debounce window: the first write after a rebuild starts wins the
 ``scheduled`` flag, later writes see it taken. The rebuild clears the flag *before* it reads the version,
 so a write that commits during a build always schedules another one.
+
+A full rebuild costs time in proportion to the shard, so the wait before one is never shorter than twice
+the previous build took: under a steady stream of writes rebuilds then take at most a third of one core,
+however large the shard grows (fresh writes stay searchable by the vector leg meanwhile).
 """
 
 from __future__ import annotations
@@ -34,6 +38,15 @@ class Bm25Freshness:
         pipe.get(f"{_PREFIX}:{shard}:dirty")
         _, version = pipe.execute()
         return int(version or 0)
+
+    def record_build(self, shard: int, *, seconds: float) -> None:
+        """Remember how long the last rebuild of ``shard`` took (it paces the next one)."""
+        self._redis.set(f"{_PREFIX}:{shard}:build_seconds", f"{seconds:.3f}")
+
+    def rebuild_delay(self, shard: int, *, debounce_s: float) -> float:
+        """Seconds to wait before the next rebuild: the debounce, or twice the last build if longer."""
+        last = float(self._redis.get(f"{_PREFIX}:{shard}:build_seconds") or 0.0)
+        return max(debounce_s, 2 * last)
 
     def dirty_version(self, shard: int) -> int:
         return int(self._redis.get(f"{_PREFIX}:{shard}:dirty") or 0)

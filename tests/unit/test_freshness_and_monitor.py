@@ -37,3 +37,13 @@ def test_queue_views_read_kombu_redis_layout() -> None:
     client.hset("unacked", "tag3", "corrupt")
     assert queue_depths(client) == {"ingest": 3, "embed": 1, "maintenance": 0, "query": 0}
     assert unacked_by_queue(client) == {"ingest": 1, "embed": 0, "maintenance": 1, "query": 0}
+
+
+def test_rebuilds_are_paced_by_how_long_the_last_one_took() -> None:
+    tracker = Bm25Freshness(fakeredis.FakeRedis())
+    assert tracker.rebuild_delay(0, debounce_s=1.0) == 1.0  # no build yet: the debounce
+    tracker.record_build(0, seconds=0.2)
+    assert tracker.rebuild_delay(0, debounce_s=1.0) == 1.0
+    tracker.record_build(0, seconds=3.0)
+    assert tracker.rebuild_delay(0, debounce_s=1.0) == 6.0
+    assert tracker.rebuild_delay(1, debounce_s=1.0) == 1.0  # per shard

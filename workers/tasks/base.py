@@ -66,10 +66,7 @@ class PipelineTask(Task):  # type: ignore[misc]
 
     def schedule_bm25(self, shard: int) -> None:
         """After a commit to ``shard``: make sure a (debounced) BM25 rebuild will follow."""
-        runtime = self.runtime
-        if runtime.freshness.mark_dirty(shard):
-            self.app.send_task(
-                TaskName.BM25_REBUILD.value,
-                kwargs={"shard": shard},
-                countdown=runtime.settings.bm25.rebuild_debounce_s,
-            )
+        freshness = self.runtime.freshness
+        if freshness.mark_dirty(shard):
+            delay = freshness.rebuild_delay(shard, debounce_s=self.runtime.settings.bm25.rebuild_debounce_s)
+            self.app.send_task(TaskName.BM25_REBUILD.value, kwargs={"shard": shard}, countdown=delay)

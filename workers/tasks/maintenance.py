@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pipeline.lexical import build_shard_index
@@ -21,6 +22,7 @@ def bm25_rebuild(self: PipelineTask, shard: int) -> dict[str, Any]:
         runtime = self.runtime
         settings = runtime.settings
         # Read the version before the snapshot: everything committed up to it is in the snapshot.
+        started = time.monotonic()
         version = runtime.freshness.begin_rebuild(shard)
         ids: list[str] = []
         zones: list[str] = []
@@ -41,6 +43,7 @@ def bm25_rebuild(self: PipelineTask, shard: int) -> dict[str, Any]:
             keep_generations=settings.bm25.keep_generations,
             tokenizer=runtime.lexical_tokenizer,
         )
+        runtime.freshness.record_build(shard, seconds=time.monotonic() - started)
         return {"shard": shard, "generation": manifest.generation, "documents": manifest.doc_count,
                 "built_version": version}
 
