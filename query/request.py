@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipeline.errors import InvalidQueryError
+from pipeline.store.filters import ChunkFilter
 from query.fusion import Fusion
 
 _ZONE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -36,6 +37,7 @@ class SearchRequest:
     fusion: Fusion = Fusion.RRF
     alpha: float = 0.5  # the vector leg's weight in weighted fusions
     rrf_k: int | None = None  # None: the configured default
+    where: ChunkFilter = field(default_factory=ChunkFilter)  # path prefix and metadata equality
 
     @classmethod
     def parse(
@@ -48,6 +50,8 @@ class SearchRequest:
         fusion: object = "rrf",
         alpha: object = 0.5,
         rrf_k: object = None,
+        path_prefix: object = None,
+        filters: object = None,
         max_k: int = 1000,
     ) -> SearchRequest:
         """Build a request from untrusted RPC arguments; every problem is an :class:`InvalidQueryError`."""
@@ -69,5 +73,13 @@ class SearchRequest:
             raise InvalidQueryError(f"alpha must be a number from 0 to 1, got {alpha!r}")
         if rrf_k is not None and (isinstance(rrf_k, bool) or not isinstance(rrf_k, int) or rrf_k < 1):
             raise InvalidQueryError(f"rrf_k must be a positive integer, got {rrf_k!r}")
+        if path_prefix is not None and (not isinstance(path_prefix, str) or not path_prefix):
+            raise InvalidQueryError(f"path_prefix must be a non-empty string, got {path_prefix!r}")
+        scalar = str | int | float | bool
+        if filters is not None and not (
+            isinstance(filters, dict) and all(isinstance(k, str) and isinstance(v, scalar) for k, v in filters.items())
+        ):
+            raise InvalidQueryError("filters must map metadata keys to strings, numbers or booleans")
+        where = ChunkFilter(path_prefix=path_prefix, metadata=dict(filters or {}))
         return cls(query=query, zone=zone, k=k, mode=Mode(mode), fusion=Fusion(fusion), alpha=float(alpha),
-                   rrf_k=rrf_k)
+                   rrf_k=rrf_k, where=where)

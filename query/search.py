@@ -67,11 +67,11 @@ class SearchService:
         for shard in self._shards:
             if request.mode.uses_keyword:
                 pending[KEYWORD].append(
-                    (shard.shard, self._pool.submit(_timed, shard.keyword, request.query, request.zone, limit))
+                    (shard.shard, self._pool.submit(_timed, shard.keyword, request.query, request, limit))
                 )
             if embedding is not None:
                 pending[VECTOR].append(
-                    (shard.shard, self._pool.submit(_timed, shard.vector, embedding, request.zone, limit))
+                    (shard.shard, self._pool.submit(_timed, shard.vector, embedding, request, limit))
                 )
         legs = {name: _merge(futures, limit) for name, futures in pending.items() if futures}
         for name, leg in legs.items():
@@ -145,9 +145,9 @@ class SearchService:
         return records
 
 
-def _timed(fn: Any, *args: Any) -> tuple[list[LegHit], float]:
+def _timed(leg: Any, what: Any, request: SearchRequest, limit: int) -> tuple[list[LegHit], float]:
     t = time.perf_counter()
-    hits = fn(args[0], zone=args[1], limit=args[2])
+    hits = leg(what, zone=request.zone, limit=limit, where=request.where or None)
     return hits, _ms(t)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.lexical import LexicalShardReader
-from pipeline.store import ChunkRecord, ShardStore
+from pipeline.store import ChunkFilter, ChunkRecord, ShardStore
 
 
 class LegHit(NamedTuple):
@@ -20,9 +20,11 @@ class LegHit(NamedTuple):
 class ShardSearcher(Protocol):
     shard: int
 
-    def keyword(self, query: str, *, zone: str, limit: int) -> list[LegHit]: ...
+    def keyword(self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None) -> list[LegHit]: ...
 
-    def vector(self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int) -> list[LegHit]: ...
+    def vector(
+        self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None
+    ) -> list[LegHit]: ...
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]: ...
 
@@ -38,11 +40,16 @@ class StoreShardSearcher:
         self._lexical = lexical
         self._ef_search = ef_search
 
-    def keyword(self, query: str, *, zone: str, limit: int) -> list[LegHit]:
-        return [LegHit(h.chunk_id, h.score) for h in self._lexical.search(query, zone=zone, k=limit)]
+    def keyword(self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None) -> list[LegHit]:
+        # The index knows chunk ids and zones only: the filter's matching ids come from PostgreSQL and
+        # narrow the bm25s weight mask, so the filter applies before the top-k cut.
+        allowed = self._store.matching_chunk_ids(zone=zone, where=where) if where else None
+        return [LegHit(h.chunk_id, h.score) for h in self._lexical.search(query, zone=zone, k=limit, allowed=allowed)]
 
-    def vector(self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int) -> list[LegHit]:
-        hits = self._store.vector_search(embedding, zone=zone, limit=limit, ef_search=self._ef_search)
+    def vector(
+        self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None
+    ) -> list[LegHit]:
+        hits = self._store.vector_search(embedding, zone=zone, limit=limit, ef_search=self._ef_search, where=where)
         return [LegHit(h.chunk_id, h.score) for h in hits]
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:

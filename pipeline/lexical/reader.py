@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,22 @@ class _MaskCache:
         return mask
 
 
+class _Positions:
+    """chunk id → bm25s document position of one generation, built on the first filtered search."""
+
+    def __init__(self, chunk_ids: npt.NDArray[np.str_]) -> None:
+        self._chunk_ids = chunk_ids
+        self._index: dict[str, int] | None = None
+        self._lock = threading.Lock()
+
+    def of(self, chunk_ids: Collection[str]) -> npt.NDArray[np.int64]:
+        with self._lock:
+            if self._index is None:
+                self._index = {str(c): i for i, c in enumerate(self._chunk_ids.tolist())}
+            index = self._index
+        return np.fromiter((index[c] for c in chunk_ids if c in index), dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class _Generation:
     """Everything a search needs from one generation; immutable apart from the mask cache."""
@@ -87,6 +104,7 @@ class _Generation:
     zone_index: dict[str, int] = field(default_factory=dict)
     zone_sizes: dict[int, int] = field(default_factory=dict)
     masks: _MaskCache | None = None
+    positions: _Positions | None = None
 
     def with_key(self, key: _StatKey | None) -> _Generation:
         return _Generation(
@@ -98,9 +116,12 @@ class _Generation:
             zone_index=self.zone_index,
             zone_sizes=self.zone_sizes,
             masks=self.masks,
+            positions=self.positions,
         )
 
-    def search(self, tokens: list[str], *, zone: str, k: int) -> list[LexicalHit]:
+    def search(
+        self, tokens: list[str], *, zone: str, k: int, allowed: Collection[str] | None = None
+    ) -> list[LexicalHit]:
         if self.retriever is None or self.masks is None or self.chunk_ids is None or self.zone_codes is None:
             return []
         code = self.zone_index.get(zone)
@@ -113,10 +134,19 @@ class _Generation:
         # Only the zone's own documents can score above zero under its mask, so asking for more than the
         # zone holds is wasted sorting; it also keeps k within bm25s's "k <= number of documents" check.
         top = min(k, self.zone_sizes[code])
+        mask = self.masks.get(code)
+        if allowed is not None and self.positions is not None:
+            # A filter narrows the mask itself, before the top-k cut: the zone's best *matching* chunks.
+            keep = self.positions.of(allowed)
+            narrowed = np.zeros_like(mask)
+            narrowed[keep] = mask[keep]
+            mask, top = narrowed, min(top, len(keep))
+            if top == 0:
+                return []
         results = self.retriever.retrieve(
             [known],
             k=top,
-            weight_mask=self.masks.get(code),
+            weight_mask=mask,
             show_progress=False,
             n_threads=0,
             backend_selection="numpy",
@@ -179,12 +209,15 @@ class LexicalShardReader:
         """
         return self._current(wait=True).manifest
 
-    def search(self, query: str, *, zone: str, k: int) -> list[LexicalHit]:
+    def search(
+        self, query: str, *, zone: str, k: int, allowed: Collection[str] | None = None
+    ) -> list[LexicalHit]:
         """The best ``k`` chunks of ``zone`` for ``query``, best first, all with a score above zero.
 
         Zone filtering happens inside bm25s (a weight mask), before the top-k cut, so a zone gets its own
         ``k`` best chunks however many better matches other zones hold. Unknown terms are ignored; a query
-        with no known term returns ``[]``.
+        with no known term returns ``[]``. ``allowed`` (chunk ids), when given, restricts the search to those
+        chunks the same way, inside the mask.
         """
         if k < 1:
             raise InvalidQueryError(f"k must be at least 1, got {k}")
@@ -192,7 +225,7 @@ class LexicalShardReader:
         state = self._current(wait=False)
         if not tokens:
             return []
-        return state.search(tokens, zone=zone, k=k)
+        return state.search(tokens, zone=zone, k=k, allowed=allowed)
 
     def _stat_key(self) -> _StatKey | None:
         try:
@@ -296,4 +329,5 @@ class LexicalShardReader:
             zone_index={str(name): code for code, name in enumerate(zone_names)},
             zone_sizes={code: int(count) for code, count in enumerate(counts.tolist())},
             masks=_MaskCache(codes=zone_codes, max_bytes=self._mask_cache_bytes),
+            positions=_Positions(chunk_ids),
         )

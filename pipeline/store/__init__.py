@@ -2,10 +2,12 @@
 
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
 from pipeline.store.connections import open_pool
+from pipeline.store.filters import ChunkFilter
 from pipeline.store.shard_store import ChunkRecord, ShardStore, VectorHit
 
 __all__ = [
     "ApplyOutcome",
+    "ChunkFilter",
     "ChunkRecord",
     "DocStatus",
     "DocumentChange",

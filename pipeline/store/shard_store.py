@@ -16,6 +16,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pipeline.errors import StoreUnavailableError
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
+from pipeline.store.filters import ChunkFilter
 from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
 from pipeline.store.schema import ensure_shard_schema, shard_schema
 
@@ -164,31 +165,51 @@ class ShardStore:
         return None if row is None else int(row[0])
 
     def vector_search(
-        self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, ef_search: int
+        self,
+        embedding: npt.NDArray[np.float32],
+        *,
+        zone: str,
+        limit: int,
+        ef_search: int,
+        where: ChunkFilter | None = None,
     ) -> list[VectorHit]:
         """Nearest chunks of ``zone`` by cosine similarity, best first.
 
         pgvector 0.6's HNSW scan filters by zone *after* the graph search, so a small zone inside a large
-        shard can come back short. When it does and the zone has more chunks than were returned, the
-        query is re-run as an exact scan: correct results first, speed second.
+        shard can come back short, and so can a filter (``where``) that few chunks match. When it does and
+        more chunks match than were returned, the query is re-run as an exact scan: correct results first,
+        speed second.
         """
-        query = self._q(
-            "SELECT chunk_id, 1 - (embedding <=> %(e)s) FROM {s}.chunks WHERE zone = %(z)s "
-            "ORDER BY embedding <=> %(e)s LIMIT %(n)s"
-        )
-        params = {"e": embedding, "z": zone, "n": limit}
+        conditions, condition_params = (where or ChunkFilter()).sql()
+        query = sql.SQL(
+            "SELECT chunk_id, 1 - (embedding <=> %s) FROM {s}.chunks WHERE zone = %s{c} "
+            "ORDER BY embedding <=> %s LIMIT %s"
+        ).format(s=self._schema, c=conditions)
+        params = [embedding, zone, *condition_params, embedding, limit]
         with self._connection() as conn, conn.transaction():
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(ef_search, limit)),))
             rows = conn.execute(query, params).fetchall()
             if len(rows) < limit:
                 available = conn.execute(
-                    self._q("SELECT count(*) FROM (SELECT 1 FROM {s}.chunks WHERE zone = %s LIMIT %s) t"),
-                    (zone, limit),
+                    sql.SQL(
+                        "SELECT count(*) FROM (SELECT 1 FROM {s}.chunks WHERE zone = %s{c} LIMIT %s) t"
+                    ).format(s=self._schema, c=conditions),
+                    [zone, *condition_params, limit],
                 ).fetchone()
                 if available is not None and int(available[0]) > len(rows):
                     conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
                     rows = conn.execute(query, params).fetchall()
         return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows]
+
+    def matching_chunk_ids(self, *, zone: str, where: ChunkFilter) -> frozenset[str]:
+        """Ids of the zone's chunks that pass ``where`` (the keyword leg masks its index with them)."""
+        conditions, params = where.sql()
+        with self._connection() as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT chunk_id FROM {s}.chunks WHERE zone = %s{c}").format(s=self._schema, c=conditions),
+                [zone, *params],
+            ).fetchall()
+        return frozenset(r[0] for r in rows)
 
     def fetch_chunks(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
         """Chunks by id, restricted to ``zone``. Ids of chunks that no longer exist (replaced since the

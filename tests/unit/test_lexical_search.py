@@ -193,3 +193,16 @@ def test_mask_cache_smaller_than_one_mask_still_serves_every_zone(tmp_path: Path
         for zone in "abcde":
             hits = reader.search("shared", zone=zone, k=10)
             assert {hit.chunk_id for hit in hits} == {f"{zone}{i}" for i in range(3)}
+
+
+def test_allowed_ids_narrow_the_mask_before_the_top_k_cut(tmp_path: Path) -> None:
+    ids = [f"c{i:03d}" for i in range(200)]
+    # every chunk matches; the stronger matches (more repetitions) are the ones the filter excludes
+    texts = [("needle " * (5 if i < 190 else 1)) + f"filler{i}" for i in range(200)]
+    build_shard_index(tmp_path, 0, chunk_ids=ids, zones=["z"] * 200, texts=texts, built_version=1)
+    reader = LexicalShardReader(tmp_path, 0)
+    allowed = frozenset(ids[190:]) | {"not-in-this-generation"}
+    hits = reader.search("needle", zone="z", k=5, allowed=allowed)
+    assert len(hits) == 5 and {h.chunk_id for h in hits} <= allowed  # a post-filter of the top 5 finds none
+    assert reader.search("needle", zone="z", k=5, allowed=frozenset()) == []
+    assert reader.search("needle", zone="other", k=5, allowed=allowed) == []

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import InvalidQueryError
-from pipeline.store import ChunkRecord
+from pipeline.store import ChunkFilter, ChunkRecord
 from query.request import Mode, SearchRequest
 from query.search import SearchService
 from query.shards import LegHit
@@ -20,13 +20,16 @@ class FakeShard:
         self.shard = shard
         self._keyword, self._vector, self._records = keyword, vector, records
         self.calls: list[tuple[str, str, int]] = []
+        self.wheres: list[ChunkFilter | None] = []
 
-    def keyword(self, query: str, *, zone: str, limit: int) -> list[LegHit]:
+    def keyword(self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None) -> list[LegHit]:
         self.calls.append(("keyword", zone, limit))
+        self.wheres.append(where)
         return self._keyword[:limit]
 
-    def vector(self, embedding: np.ndarray, *, zone: str, limit: int) -> list[LegHit]:
+    def vector(self, embedding: np.ndarray, *, zone: str, limit: int, where: ChunkFilter | None = None) -> list[LegHit]:
         self.calls.append(("vector", zone, limit))
+        self.wheres.append(where)
         return self._vector[:limit]
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
@@ -94,6 +97,9 @@ def test_hits_whose_chunks_are_gone_are_dropped_and_the_next_ones_fill_k() -> No
         ({"alpha": 1.5}, "alpha"),
         ({"alpha": "half"}, "alpha"),
         ({"rrf_k": 0}, "rrf_k"),
+        ({"path_prefix": ""}, "path_prefix"),
+        ({"filters": {"team": ["a"]}}, "filters"),
+        ({"filters": "team=a"}, "filters"),
     ],
 )
 def test_invalid_requests_are_rejected_before_any_shard_is_touched(kwargs: dict[str, object], message: str) -> None:
@@ -136,3 +142,13 @@ def test_results_are_diversified_per_file_and_only_the_top_carry_full_text() -> 
     assert results[0]["text"] == "word " * 50 and len(results[2]["text"]) <= 20 and results[2]["text"].endswith("…")
     unlimited = SearchService(shards=[shard], embedder=HashingEmbedder(16), over_fetch=2, max_chunks_per_file=0)
     assert len(unlimited.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD))["results"]) == 8
+
+
+def test_filters_reach_both_legs_of_every_shard() -> None:
+    shards = [FakeShard(i, keyword=[], vector=[], records={}) for i in range(2)]
+    request = SearchRequest.parse(query="q", zone="z", path_prefix="src/", filters={"lang": "py"})
+    _service(*shards).search(request)
+    expected = ChunkFilter(path_prefix="src/", metadata={"lang": "py"})
+    assert all(w == expected for shard in shards for w in shard.wheres) and all(len(s.wheres) == 2 for s in shards)
+    _service(shards[0]).search(SearchRequest.parse(query="q", zone="z"))
+    assert shards[0].wheres[-1] is None  # no filter: the legs run unfiltered

@@ -25,6 +25,9 @@ def register(sub: Any) -> None:
     search.add_argument("-k", type=int, default=10, help="number of results (default 10)")
     search.add_argument("--fusion", choices=[f.value for f in Fusion], default=Fusion.RRF.value)
     search.add_argument("--alpha", type=float, default=0.5, help="vector leg weight for weighted fusions")
+    search.add_argument("--path-prefix", help="only documents whose path starts with this")
+    search.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                        help="only documents whose metadata has KEY equal to VALUE (repeatable)")
     search.add_argument("--json", action="store_true", help="print the task's JSON answer")
     search.set_defaults(handler=run_search)
 
@@ -57,8 +60,13 @@ def remote_search(settings: Settings, **kwargs: Any) -> dict[str, Any]:
 
 def run_search(args: argparse.Namespace, settings: Settings) -> int:
     try:
+        filters = dict(item.split("=", 1) for item in args.filter if "=" in item)
+        if len(filters) != len(args.filter):
+            print("shardfuse search: --filter takes KEY=VALUE", file=sys.stderr)
+            return 2
         answer = remote_search(settings, query=args.query, zone=args.zone, k=args.k, mode=args.mode,
-                               fusion=args.fusion, alpha=args.alpha)
+                               fusion=args.fusion, alpha=args.alpha, path_prefix=args.path_prefix,
+                               filters=filters or None)
     except StoreUnavailableError:
         raise
     except Exception as exc:  # the worker's exception, rebuilt by Celery: print it as the user's error

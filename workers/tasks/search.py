@@ -24,8 +24,11 @@ def search(
     fusion: Any = "rrf",
     alpha: Any = 0.5,
     rrf_k: Any = None,
+    path_prefix: Any = None,
+    filters: Any = None,
 ) -> dict[str, Any]:
     """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception."""
     request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion, alpha=alpha,
-                                  rrf_k=rrf_k, max_k=_settings.query.max_k)
+                                  rrf_k=rrf_k, path_prefix=path_prefix, filters=filters,
+                                  max_k=_settings.query.max_k)
     return self.app.shardfuse_runtime.get().searcher.search(request)  # type: ignore[no-any-return]
