@@ -134,3 +134,36 @@ def test_lexical_rows_stream_every_chunk(store: ShardStore) -> None:
     rows = list(store.iter_lexical_rows(batch_size=7))
     assert len(rows) == 60 and {r[1] for r in rows} == {"z"}
     assert np.all(np.diff([int(r[0], 16) for r in rows]) > 0)  # ordered by chunk id
+
+
+def test_a_filter_matching_one_percent_of_a_20000_chunk_zone_still_returns_k(store: ShardStore, tmp_path) -> None:
+    from pipeline.lexical import LexicalShardReader, build_shard_index
+    from pipeline.store import ChunkFilter
+
+    changes = []
+    for i in range(2000):  # 2,000 documents × 10 chunks; every 100th document is "rare"
+        path = f"rare/doc{i}.txt" if i % 100 == 0 else f"common/doc{i}.txt"
+        change = _write(path, 1, [f"shared topic words chunk {j} of document {i}" for j in range(10)])
+        if i % 100 == 0:
+            event = change.event.model_copy(update={"metadata": {"team": "x"}})
+            change = DocumentChange(event=event, status=change.status, chunks=change.chunks,
+                                    embeddings=change.embeddings, line_count=change.line_count)
+        changes.append(change)
+    for start in range(0, len(changes), 500):
+        store.apply(changes[start:start + 500])
+    query = EMBED.embed_query("shared topic words")
+    for where in (ChunkFilter(path_prefix="rare/"), ChunkFilter(metadata={"team": "x"}),
+                  ChunkFilter(path_prefix="rare/", metadata={"team": "x"})):
+        hits = store.vector_search(query, zone="z", limit=10, ef_search=40, where=where)
+        assert len(hits) == 10, where
+        records = store.fetch_chunks([h.chunk_id for h in hits], zone="z")
+        assert all(r.path.startswith("rare/") for r in records.values())
+        allowed = store.matching_chunk_ids(zone="z", where=where)
+        assert len(allowed) == 200  # 1% of 20,000
+    rows = list(store.iter_lexical_rows())
+    build_shard_index(tmp_path, 0, chunk_ids=[r[0] for r in rows], zones=[r[1] for r in rows],
+                      texts=[r[2] for r in rows], built_version=1)
+    keyword = LexicalShardReader(tmp_path, 0).search("shared topic words", zone="z", k=10, allowed=allowed)
+    assert len(keyword) == 10 and {h.chunk_id for h in keyword} <= allowed
+    # a prefix's LIKE wildcards are literal: "rare_" does not match "rare/"
+    assert store.matching_chunk_ids(zone="z", where=ChunkFilter(path_prefix="rare_")) == frozenset()
