@@ -50,3 +50,8 @@ class Bm25Freshness:
 
     def dirty_version(self, shard: int) -> int:
         return int(self._redis.get(f"{_PREFIX}:{shard}:dirty") or 0)
+
+    def dirty_versions(self, shards: int) -> list[int]:
+        """Every shard's write counter, in one round trip."""
+        values = self._redis.mget([f"{_PREFIX}:{shard}:dirty" for shard in range(shards)])
+        return [int(v or 0) for v in values]

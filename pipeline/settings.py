@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -101,6 +101,12 @@ class QuerySettings(_Section):
     # Results ranked below this carry a snippet instead of their chunk's full text.
     full_text_top_n: int = Field(default=8, ge=0)
     snippet_chars: int = Field(default=240, ge=20)
+    # Defaults for requests that do not name them. RRF is best on SciFact; code search over natural-language
+    # queries (CoSQA) wants the vector leg weighted up (fusion = "convex", alpha = 0.8).
+    fusion: Literal["rrf", "weighted", "rrf_weighted", "convex"] = "rrf"
+    alpha: float = Field(default=0.5, ge=0, le=1)
+    # Whole answers cached in Redis for this long (0: off); any write or rebuild changes the key.
+    result_cache_ttl_s: int = Field(default=300, ge=0)
     rpc_timeout_s: float = 30.0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from pipeline.embeddings import Embedder
 from pipeline.store import ChunkRecord
+from query.cache import ResultCache, cache_key
 from query.fusion import KEYWORD, VECTOR, fuse
 from query.ranking import diversify, snippet
 from query.request import SearchRequest
@@ -38,6 +39,8 @@ class SearchService:
         max_chunks_per_file: int = 3,
         full_text_top_n: int = 8,
         snippet_chars: int = 240,
+        cache: ResultCache | None = None,
+        write_versions: Callable[[], Sequence[int]] | None = None,
     ) -> None:
         self._shards = list(shards)
         self._embedder = embedder
@@ -46,13 +49,34 @@ class SearchService:
         self._max_per_file = max_chunks_per_file or None
         self._full_text_top_n = full_text_top_n
         self._snippet_chars = snippet_chars
+        self._cache = cache
+        # Per shard, a counter every committed write bumps: part of the cache key.
+        self._write_versions = write_versions
         # Two legs per shard run at once; the pool lives as long as the service (one per worker process).
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self._shards)), thread_name_prefix="shard")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def search(self, request: SearchRequest) -> dict[str, Any]:
+    def search(self, request: SearchRequest, *, use_cache: bool = True) -> dict[str, Any]:
+        """Answer ``request``, from the result cache when the shards have not changed since."""
+        if not use_cache or self._cache is None or self._write_versions is None:
+            return self._search(request)
+        started = time.perf_counter()
+        versions = self._write_versions()
+        generations = [shard.current_generation() for shard in self._shards]
+        key = cache_key(request, shard_state=list(zip(versions, generations, strict=True)))
+        cached = self._cache.get(key)
+        if cached is not None:
+            cached["cache"] = "hit"
+            cached["timings_ms"] = {"total": round(_ms(started), 3), "computed": cached["timings_ms"]}
+            return cached
+        answer = self._search(request)
+        self._cache.put(key, answer)
+        answer["cache"] = "miss"
+        return answer
+
+    def _search(self, request: SearchRequest) -> dict[str, Any]:
         started = time.perf_counter()
         limit = request.k * self._over_fetch
         timings: dict[str, float] = {}

@@ -30,6 +30,8 @@ class ShardSearcher(Protocol):
 
     def generation(self) -> int | None: ...
 
+    def current_generation(self) -> int | None: ...
+
 
 class StoreShardSearcher:
     """A shard served by its PostgreSQL store and its published bm25s index."""
@@ -57,3 +59,8 @@ class StoreShardSearcher:
 
     def generation(self) -> int | None:
         return self._lexical.generation
+
+    def current_generation(self) -> int | None:
+        """The published generation, after switching to it if it changed (a cheap stat when it did not)."""
+        manifest = self._lexical.refresh()
+        return manifest.generation if manifest is not None else None

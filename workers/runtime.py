@@ -25,6 +25,7 @@ from pipeline.settings import Settings
 from pipeline.store import ShardStore, open_pool
 from pipeline.store.schema import ensure_shared_schema
 from pipeline.tokens import TokenCounter
+from query.cache import RedisResultCache
 from query.search import SearchService
 from query.shards import StoreShardSearcher
 from workers.names import Queue
@@ -135,6 +136,8 @@ class WorkerRuntime:
                 max_chunks_per_file=q.max_chunks_per_file,
                 full_text_top_n=q.full_text_top_n,
                 snippet_chars=q.snippet_chars,
+                cache=RedisResultCache(self.redis, ttl_s=q.result_cache_ttl_s) if q.result_cache_ttl_s else None,
+                write_versions=lambda: self.freshness.dirty_versions(self.settings.shards),
             )
 
         return self._once("_searcher", build)

@@ -23,8 +23,8 @@ def register(sub: Any) -> None:
     search.add_argument("--zone", required=True)
     search.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.HYBRID.value)
     search.add_argument("-k", type=int, default=10, help="number of results (default 10)")
-    search.add_argument("--fusion", choices=[f.value for f in Fusion], default=Fusion.RRF.value)
-    search.add_argument("--alpha", type=float, default=0.5, help="vector leg weight for weighted fusions")
+    search.add_argument("--fusion", choices=[f.value for f in Fusion], help="default: query.fusion")
+    search.add_argument("--alpha", type=float, help="vector leg weight in weighted fusions (default: query.alpha)")
     search.add_argument("--path-prefix", help="only documents whose path starts with this")
     search.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                         help="only documents whose metadata has KEY equal to VALUE (repeatable)")

@@ -21,14 +21,18 @@ def search(
     zone: Any,
     k: Any = 10,
     mode: Any = "hybrid",
-    fusion: Any = "rrf",
-    alpha: Any = 0.5,
+    fusion: Any = None,
+    alpha: Any = None,
     rrf_k: Any = None,
     path_prefix: Any = None,
     filters: Any = None,
+    cache: Any = True,
 ) -> dict[str, Any]:
     """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception."""
-    request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion, alpha=alpha,
+    q = _settings.query
+    request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion or q.fusion,
+                                  alpha=q.alpha if alpha is None else alpha,
                                   rrf_k=rrf_k, path_prefix=path_prefix, filters=filters,
                                   max_k=_settings.query.max_k)
-    return self.app.shardfuse_runtime.get().searcher.search(request)  # type: ignore[no-any-return]
+    searcher = self.app.shardfuse_runtime.get().searcher
+    return searcher.search(request, use_cache=bool(cache))  # type: ignore[no-any-return]
