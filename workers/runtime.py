@@ -22,7 +22,7 @@ from pipeline.embeddings import Embedder, build_embedder
 from pipeline.freshness import Bm25Freshness
 from pipeline.lexical import LexicalShardReader, Tokenizer
 from pipeline.settings import Settings
-from pipeline.store import ShardStore, open_pool
+from pipeline.store import ShardPools, ShardStore
 from pipeline.store.schema import ensure_shared_schema
 from pipeline.tokens import TokenCounter
 from query.cache import RedisResultCache
@@ -40,7 +40,8 @@ class WorkerRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._lock = threading.RLock()
-        self._pools: dict[str, Any] = {}
+        pg = settings.postgres
+        self._pools = ShardPools(settings, min_size=pg.pool_min_size, max_size=pg.pool_max_size)
 
     def _once(self, name: str, build: Callable[[], T]) -> T:
         with self._lock:
@@ -52,20 +53,10 @@ class WorkerRuntime:
     def stores(self) -> list[ShardStore]:
         return self._once("_stores", self._build_stores)
 
-    def _pool_for(self, dsn: str) -> Any:
-        with self._lock:
-            if dsn not in self._pools:
-                pg = self.settings.postgres
-                self._pools[dsn] = open_pool(dsn, min_size=pg.pool_min_size, max_size=pg.pool_max_size)
-            return self._pools[dsn]
-
     def _build_stores(self) -> list[ShardStore]:
-        stores = []
-        for shard in range(self.settings.shards):
-            pool = self._pool_for(self.settings.shard_dsn(shard))
-            store = ShardStore(pool, shard, dimensions=self.settings.embedder.dimensions)
+        stores = self._pools.stores()
+        for store in stores:
             store.ensure_schema()
-            stores.append(store)
         return stores
 
     @property
@@ -73,7 +64,7 @@ class WorkerRuntime:
         """The pool of the database holding shared tables (dead letters), which it creates if missing."""
 
         def build() -> Any:
-            pool = self._pool_for(self.settings.postgres.dsn)
+            pool = self._pools.shared
             with pool.connection() as conn:
                 ensure_shared_schema(conn)
             return pool
@@ -160,9 +151,7 @@ class WorkerRuntime:
             for name in ("_batcher", "_searcher"):
                 if name in self.__dict__:
                     self.__dict__.pop(name).close()
-            for pool in self._pools.values():
-                pool.close()
-            self._pools.clear()
+            self._pools.close()
             self.__dict__.pop("_stores", None)
             self.__dict__.pop("_shared_pool", None)
 

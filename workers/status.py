@@ -10,7 +10,7 @@ import redis
 from pipeline.deadletters import dead_letter_count, recent_dead_letters
 from pipeline.errors import ShardfuseError
 from pipeline.settings import Settings
-from pipeline.store import ShardStore, open_pool
+from pipeline.store import ShardPools
 from workers import monitor
 from workers.stack import StackState
 
@@ -48,31 +48,22 @@ def _processes(state: StackState | None) -> dict[str, Any]:
 
 
 def _database_status(settings: Settings) -> dict[str, Any]:
-    pools: dict[str, Any] = {}
-    try:
+    with ShardPools(settings, min_size=1, max_size=2) as pools:
         shards = []
         skipped: list[dict[str, Any]] = []
-        for shard in range(settings.shards):
-            dsn = settings.shard_dsn(shard)
-            pool = pools.get(dsn) or pools.setdefault(dsn, open_pool(dsn, min_size=1, max_size=2))
-            store = ShardStore(pool, shard, dimensions=settings.embedder.dimensions)
+        for store in pools.stores():
             try:
                 zones = store.zone_counts()
-                skipped.extend({"shard": shard, **row} for row in store.skipped_documents(limit=10))
+                skipped.extend({"shard": store.shard, **row} for row in store.skipped_documents(limit=10))
             except psycopg.errors.UndefinedTable:
                 zones = []  # no worker has created this shard's tables yet
-            shards.append({"shard": shard, "zones": zones})
-        shared = pools.get(settings.postgres.dsn) or pools.setdefault(
-            settings.postgres.dsn, open_pool(settings.postgres.dsn, min_size=1, max_size=2))
+            shards.append({"shard": store.shard, "zones": zones})
         try:
-            dead = dead_letter_count(shared)
-            failed = recent_dead_letters(shared, limit=10)
+            dead = dead_letter_count(pools.shared)
+            failed = recent_dead_letters(pools.shared, limit=10)
         except psycopg.errors.UndefinedTable:
             dead, failed = 0, []
         return {"shard_counts": shards, "skipped": skipped, "dead_letters": dead, "failed": failed}
-    finally:
-        for pool in pools.values():
-            pool.close()
 
 
 def format_status(status: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
 from pipeline.store.connections import open_pool
 from pipeline.store.filters import ChunkFilter
+from pipeline.store.pools import ShardPools
 from pipeline.store.shard_store import ChunkRecord, ShardStore, VectorHit
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "ChunkRecord",
     "DocStatus",
     "DocumentChange",
+    "ShardPools",
     "ShardStore",
     "VectorHit",
     "open_pool",

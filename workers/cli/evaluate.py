@@ -16,7 +16,7 @@ from pipeline.cas import LocalContentStore
 from pipeline.errors import ConfigurationError
 from pipeline.publisher import Publisher
 from pipeline.settings import Settings
-from pipeline.store import ShardStore, open_pool
+from pipeline.store import ShardPools, ShardStore
 from query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k
 from query.fusion import Fusion
 from query.request import Mode
@@ -67,11 +67,8 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _index(data: BeirDataset, *, zone: str, settings: Settings, republish: bool, timeout: float) -> None:
-    dsns = {settings.shard_dsn(shard) for shard in range(settings.shards)}
-    pools = {dsn: open_pool(dsn, min_size=1, max_size=2) for dsn in dsns}
-    stores = [ShardStore(pools[settings.shard_dsn(s)], s, dimensions=settings.embedder.dimensions)
-              for s in range(settings.shards)]
-    try:
+    with ShardPools(settings, min_size=1, max_size=2) as pools:
+        stores = pools.stores()
         total = len(data.corpus)
         if republish or _settled(stores, zone) != total:
             with CeleryEventSink.connect(settings) as sink:
@@ -91,9 +88,6 @@ def _index(data: BeirDataset, *, zone: str, settings: Settings, republish: bool,
             bar.update(total - bar.n)
         if not monitor.wait_until_indexed(settings, timeout=max(1.0, deadline - time.monotonic())):
             raise ConfigurationError("the BM25 indexes did not catch up in time (see `shardfuse status`)")
-    finally:
-        for pool in pools.values():
-            pool.close()
 
 
 def _settled(stores: list[ShardStore], zone: str) -> int:
