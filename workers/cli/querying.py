@@ -59,16 +59,16 @@ def remote_search(settings: Settings, **kwargs: Any) -> dict[str, Any]:
 
 
 def run_search(args: argparse.Namespace, settings: Settings) -> int:
+    filters = dict(item.split("=", 1) for item in args.filter if "=" in item)
+    if len(filters) != len(args.filter):
+        print("shardfuse search: --filter takes KEY=VALUE", file=sys.stderr)
+        return 2
     try:
-        filters = dict(item.split("=", 1) for item in args.filter if "=" in item)
-        if len(filters) != len(args.filter):
-            print("shardfuse search: --filter takes KEY=VALUE", file=sys.stderr)
-            return 2
         answer = remote_search(settings, query=args.query, zone=args.zone, k=args.k, mode=args.mode,
                                fusion=args.fusion, alpha=args.alpha, path_prefix=args.path_prefix,
                                filters=filters or None)
     except StoreUnavailableError:
-        raise
+        raise  # no worker answered: main() reports it
     except Exception as exc:  # the worker's exception, rebuilt by Celery: print it as the user's error
         print(f"shardfuse search: {exc}", file=sys.stderr)
         return 2

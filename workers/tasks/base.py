@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from celery import Task
-from celery.exceptions import SoftTimeLimitExceeded
 
 from pipeline.deadletters import record_dead_letter
-from pipeline.errors import PermanentError, TransientError
+from pipeline.errors import PermanentError
 from workers.names import Task as TaskName
 from workers.runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
-
-# Failures worth another try. Anything else unexpected is treated as transient too (bounded by the retry
-# budget): a bug dead-letters after a few tries instead of vanishing.
-RETRYABLE = (TransientError, SoftTimeLimitExceeded, FutureTimeout, ConnectionError, TimeoutError)
-
 
 class PipelineTask(Task):  # type: ignore[misc]
     """Base of the ingest, embed and maintenance tasks."""
@@ -33,9 +26,12 @@ class PipelineTask(Task):  # type: ignore[misc]
         return self.app.shardfuse_runtime.get()  # type: ignore[no-any-return]
 
     def guarded(self, payload: dict[str, Any], work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """Run ``work``; retry transient failures with exponential backoff, dead-letter the rest.
+        """Run ``work``; dead-letter a :class:`PermanentError` at once, retry anything else with exponential
+        backoff and dead-letter it when the retry budget is spent.
 
-        A retry re-publishes the message before the original is acknowledged, so nothing is lost between.
+        Failures that are not ours (a soft time limit, a timeout, a bug) count as transient: bounded by the
+        budget, a bug dead-letters after a few tries instead of vanishing. A retry re-publishes the message
+        before the original is acknowledged, so nothing is lost between.
         """
         settings = self.runtime.settings
         try:
