@@ -14,7 +14,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,17 +107,7 @@ class _Generation:
     positions: _Positions | None = None
 
     def with_key(self, key: _StatKey | None) -> _Generation:
-        return _Generation(
-            key=key,
-            manifest=self.manifest,
-            retriever=self.retriever,
-            chunk_ids=self.chunk_ids,
-            zone_codes=self.zone_codes,
-            zone_index=self.zone_index,
-            zone_sizes=self.zone_sizes,
-            masks=self.masks,
-            positions=self.positions,
-        )
+        return replace(self, key=key)
 
     def search(
         self, tokens: list[str], *, zone: str, k: int, allowed: Collection[str] | None = None
