@@ -91,6 +91,46 @@ class Bm25Settings(_Section):
     keep_generations: int = Field(default=2, ge=1)
 
 
+class BoostSettings(_Section):
+    """Ranking after fusion: multipliers for where and how the query matched (``enabled = false``: none)."""
+
+    enabled: bool = True
+    # Per field, the weight of a full match of the query's terms; partial matches scale toward 1.0.
+    filename: float = Field(default=3.0, ge=1)
+    title: float = Field(default=2.5, ge=1)
+    path: float = Field(default=2.0, ge=1)
+    tags: float = Field(default=2.0, ge=1)
+    description: float = Field(default=1.5, ge=1)
+    content: float = Field(default=1.0, ge=1)
+    exact_phrase: float = Field(default=1.5, ge=1)  # the whole query appears verbatim
+    prefix: float = Field(default=1.2, ge=1)  # the text starts with the query
+    primary_symbol: float = Field(default=0.25, ge=0)  # added when the chunk's main symbol is in the query
+    any_symbol: float = Field(default=0.15, ge=0)  # added when any symbol the chunk defines is
+    complete_role: float = Field(default=0.10, ge=0)  # added for a chunk holding a whole definition
+    declaration_role: float = Field(default=0.05, ge=0)  # added for a chunk holding a signature
+
+
+class RouterSettings(_Section):
+    """Heuristic query routing: complexity picks the over-fetch multiplier and the legs' weights."""
+
+    enabled: bool = True
+
+
+class ExpansionSettings(_Section):
+    """LLM query expansion through an OpenAI-compatible chat-completions API. Off by default."""
+
+    enabled: bool = False
+    base_url: str = "https://api.openai.com/v1"
+    api_key: SecretStr = SecretStr("")
+    model: str = "gpt-4o-mini"
+    timeout_s: float = Field(default=2.0, gt=0)  # the whole expansion, retries included
+    max_variants: int = Field(default=3, ge=0)
+    cache_ttl_s: int = Field(default=86400, ge=0)
+    # Skip expansion when the keyword leg's top hit already scores this far above the next one.
+    skip_min_top_score: float = Field(default=8.0, ge=0)
+    skip_min_gap_ratio: float = Field(default=0.25, ge=0)
+
+
 class QuerySettings(_Section):
     over_fetch: int = Field(default=3, ge=1)
     rrf_k: int = Field(default=60, ge=1)
@@ -108,6 +148,9 @@ class QuerySettings(_Section):
     # Whole answers cached in Redis for this long (0: off); any write or rebuild changes the key.
     result_cache_ttl_s: int = Field(default=300, ge=0)
     rpc_timeout_s: float = 30.0
+    boosts: BoostSettings = BoostSettings()
+    router: RouterSettings = RouterSettings()
+    expansion: ExpansionSettings = ExpansionSettings()
 
 
 class TaskLimits(_Section):
