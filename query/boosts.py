@@ -1,0 +1,268 @@
+"""Ranking after fusion: multipliers for where and how a candidate matched the query, as pure functions.
+
+A candidate's factor is ``field × exactness + symbol bonuses``:
+
+- **field** — for each field (``filename``: the path's basename; ``path``: its directory part; ``title``,
+  ``tags`` and ``description`` from the metadata; ``content``: the text), ``coverage`` is the fraction of
+  the query's distinct terms found among the field's terms, and the field scores
+  ``1 + (weight − 1) · coverage``. The field factor is the *maximum* over fields, not the product: a query
+  that names a file should not also be rewarded for the same words in its directory and title. A field
+  whose weight is 1.0 can never raise the maximum, so it is skipped (and not tokenized at all): the default
+  ``content = 1.0`` leaves content to BM25.
+- **exactness** — ``× exact_phrase`` when the query's words occur as a contiguous run in the text, the title
+  or the filename; otherwise ``× prefix`` when one of those *starts with* the query's first two words, the
+  second possibly unfinished ("reciprocal rank fus" → "Reciprocal rank fusion"), or — for a one-word query —
+  when its first word starts with the query ("pars" → ``parser.py``). Words are the case-folded ``\\w+``
+  runs, so case, whitespace and punctuation between words do not matter. An exact phrase needs a query of
+  two or more words: for one word it would just be a term match, which BM25 and the field factor already
+  reward. At most one of the two applies.
+- **symbols** — ``+ primary_symbol`` when the chunk's primary symbol matches the query, else ``+ any_symbol``
+  when any of its symbols does; then ``+ complete_role`` / ``+ declaration_role`` for the chunk's role, but
+  only when a symbol matched. A symbol matches when its identifier parts (split at ``snake_case`` and
+  ``camelCase`` like the lexical tokenizer does, lower-cased, the last ``.`` segment of a qualified name)
+  occur as a contiguous run of the query's parts. So ``parse_event``, ``parseEvent`` and ``ParseEvent``
+  all match each other and the query "how do we parse event payloads"; ``event`` matches any query with
+  the word "event"; a symbol whose parts are all stopwords never matches.
+
+Terms come from :class:`pipeline.lexical.Tokenizer` without stemming (so "chunk" does not match "chunks").
+The query is prepared once (:func:`prepare_query`); per candidate the work is tokenizing a few short
+fields and one scan of the text for the phrase.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from pipeline.lexical.tokenizer import STOPWORDS, Tokenizer, split_identifier
+from pipeline.settings import BoostSettings
+
+T = TypeVar("T")
+
+# Stateless (no stemmer), so a module constant is a function, not a cache.
+_TOKENIZE = Tokenizer(stem=False)
+_WORD = re.compile(r"\w+")
+FIELDS = ("filename", "title", "path", "tags", "description", "content")  # heaviest (by default) first
+_PREFIX_WORDS = 2  # how many of the query's leading words a field must open with for the prefix factor
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """What boosting reads of one fused hit."""
+
+    path: str
+    text: str
+    metadata: Mapping[str, Any]
+    symbols: Sequence[str] = ()
+    primary_symbol: str | None = None
+    role: str | None = None  # "complete" (a whole definition), "declaration" (a signature), or other
+
+
+@dataclass(frozen=True, slots=True)
+class QueryTerms:
+    """A query, prepared once for every candidate. Build it with :func:`prepare_query`."""
+
+    query: str
+    terms: frozenset[str]  # distinct tokens, identifier parts only (``parse_event`` → parse, event)
+    words: tuple[str, ...]  # case-folded ``\w+`` words, in order, for prefix matching
+    parts: str  # "_" + the query's lower-cased identifier parts joined by "_" + "_", for symbol matching
+    phrase: re.Pattern[str] | None = None  # the words with non-word runs between them; None under two words
+
+
+@dataclass(frozen=True, slots=True)
+class Boost:
+    """A candidate's multiplier and why, e.g. ``(1.85, ("title:0.67", "exact_phrase"))``."""
+
+    factor: float = 1.0
+    reasons: tuple[str, ...] = ()
+
+
+NO_BOOST = Boost()
+
+_FIELD_READERS: Mapping[str, Callable[[Candidate], str]] = MappingProxyType({
+    "filename": lambda c: posixpath.basename(_posix(c.path)),
+    "path": lambda c: posixpath.dirname(_posix(c.path)),
+    "title": lambda c: _metadata_text(c.metadata.get("title")),
+    "tags": lambda c: _metadata_text(c.metadata.get("tags")),
+    "description": lambda c: _metadata_text(c.metadata.get("description")),
+    "content": lambda c: c.text,
+})
+_ROLE_BONUSES: Mapping[str, Callable[[BoostSettings], float]] = MappingProxyType({
+    "complete": lambda s: s.complete_role,
+    "declaration": lambda s: s.declaration_role,
+})
+
+
+def prepare_query(query: str) -> QueryTerms:
+    """The query's distinct terms, its words and its identifier parts."""
+    raw_words = _WORD.findall(query)
+    terms: set[str] = set()
+    for word in raw_words:
+        # The tokenizer also emits a multi-part identifier whole; coverage counts its parts instead, so that
+        # "parse_event" is fully covered by a field that says "parse event". The whole stays when it is
+        # all there is ("is_a": both parts are stopwords).
+        tokens = _TOKENIZE(word)
+        whole = word.lower()
+        terms.update([token for token in tokens if token != whole] or tokens)
+    parts = [part.lower() for word in raw_words for part in split_identifier(word)]
+    words = tuple(_WORD.findall(query.casefold()))
+    # Opens on the first word's literal, which the regex engine finds as fast as str.find; the word
+    # boundary before it is checked per match (see _contains_phrase).
+    phrase = r"\W+".join(re.escape(word) for word in words) + r"(?!\w)"
+    return QueryTerms(
+        query=query,
+        terms=frozenset(terms),
+        words=words,
+        parts="_" + "_".join(parts) + "_",
+        phrase=re.compile(phrase) if len(words) >= 2 else None,
+    )
+
+
+def boost(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings) -> Boost:
+    """The multiplier for ``candidate`` (1.0 with no reasons when boosting is off)."""
+    if not settings.enabled:
+        return NO_BOOST
+    reasons: list[str] = []
+    field_factor = _field_factor(query_terms, candidate, settings, reasons)
+    exactness = _exactness(query_terms, candidate, settings, reasons)
+    bonus = _symbol_bonus(query_terms, candidate, settings, reasons)
+    return Boost(factor=field_factor * exactness + bonus, reasons=tuple(reasons))
+
+
+def rerank(
+    hits: Sequence[T],
+    *,
+    query_terms: QueryTerms,
+    candidate_of: Callable[[T], Candidate],
+    score_of: Callable[[T], float],
+    settings: BoostSettings,
+) -> list[tuple[T, float, Boost]]:
+    """``(hit, score × factor, boost)`` best first; ties keep the input order. Scores must not be negative
+    (fused scores never are), or a boost would push a hit down."""
+    boosted: list[tuple[T, float, Boost]] = []
+    for hit in hits:
+        hit_boost = boost(query_terms, candidate_of(hit), settings)
+        boosted.append((hit, score_of(hit) * hit_boost.factor, hit_boost))
+    # sorted() is stable, so equal scores keep their fused order.
+    return sorted(boosted, key=lambda entry: -entry[1])
+
+
+def field_text(candidate: Candidate, field: str) -> str:
+    """The text of one boost field of ``candidate`` ("" when it has none); ``field`` is one of ``FIELDS``."""
+    return _FIELD_READERS[field](candidate)
+
+
+def _posix(path: str) -> str:
+    return path.replace("\\", "/")
+
+
+def _metadata_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.replace(",", " ")  # a comma-separated tag string
+    if isinstance(value, Sequence | set | frozenset):
+        return " ".join(str(item) for item in value)
+    return str(value)
+
+
+def _field_factor(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings, reasons: list[str]) -> float:
+    if not query_terms.terms:
+        return 1.0
+    best, best_reason = 1.0, ""
+    for field in FIELDS:
+        weight: float = getattr(settings, field)
+        if weight <= 1.0:  # can never beat 1.0: skip the tokenizing
+            continue
+        text = field_text(candidate, field)
+        if not text:
+            continue
+        covered = query_terms.terms.intersection(_TOKENIZE(text))
+        coverage = len(covered) / len(query_terms.terms)
+        score = 1.0 + (weight - 1.0) * coverage
+        if score > best:  # strictly: on a tie the earlier (heavier by default) field is the reason
+            best, best_reason = score, f"{field}:{coverage:.2f}"
+    if best_reason:
+        reasons.append(best_reason)
+    return best
+
+
+def _exactness(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings, reasons: list[str]) -> float:
+    words = query_terms.words
+    if not words:
+        return 1.0
+    fields = [
+        candidate.text,
+        _metadata_text(candidate.metadata.get("title")),
+        field_text(candidate, "filename"),
+    ]
+    phrase = query_terms.phrase
+    if phrase is not None and settings.exact_phrase > 1.0 and any(_contains_phrase(text, phrase) for text in fields):
+        reasons.append("exact_phrase")
+        return settings.exact_phrase
+    if settings.prefix > 1.0 and any(_opens_with(text, words) for text in fields):
+        reasons.append("prefix")
+        return settings.prefix
+    return 1.0
+
+
+def _contains_phrase(text: str, phrase: re.Pattern[str]) -> bool:
+    """Whether the phrase occurs in ``text`` starting at a word boundary ("old chunks" is not in "bold chunks")."""
+    folded = text.casefold()
+    match = phrase.search(folded)
+    while match is not None:
+        start = match.start()
+        if start == 0 or not _WORD.match(folded, start - 1):
+            return True
+        match = phrase.search(folded, start + 1)
+    return False
+
+
+def _opens_with(text: str, query_words: tuple[str, ...]) -> bool:
+    """Whether ``text``'s first words are the query's first ``_PREFIX_WORDS`` (or only) words, the last of
+    them possibly unfinished in ``text``."""
+    needed = query_words[:_PREFIX_WORDS]
+    opening: list[str] = []
+    for match in _WORD.finditer(text):  # only the first few words: a long text is not scanned
+        opening.append(match.group().casefold())
+        if len(opening) == len(needed):
+            break
+    if len(opening) < len(needed):
+        return False
+    return opening[:-1] == list(needed[:-1]) and opening[-1].startswith(needed[-1])
+
+
+def _symbol_bonus(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings, reasons: list[str]) -> float:
+    bonus = 0.0
+    if candidate.primary_symbol and _symbol_matches(candidate.primary_symbol, query_terms):
+        bonus += settings.primary_symbol
+        reasons.append(f"primary_symbol:{candidate.primary_symbol}")
+    else:
+        matched = next((s for s in candidate.symbols if _symbol_matches(s, query_terms)), None)
+        if matched is None:
+            return 0.0  # roles count only for a chunk that defines what the query names
+        bonus += settings.any_symbol
+        reasons.append(f"any_symbol:{matched}")
+    role_bonus = _role_bonus(candidate.role, settings)
+    if role_bonus:
+        bonus += role_bonus
+        reasons.append(f"{candidate.role}_role")
+    return bonus
+
+
+def _role_bonus(role: str | None, settings: BoostSettings) -> float:
+    reader = _ROLE_BONUSES.get(role or "")
+    return reader(settings) if reader else 0.0
+
+
+def _symbol_matches(symbol: str, query_terms: QueryTerms) -> bool:
+    name = symbol.rsplit(".", 1)[-1]  # "SearchService.search" is defined as "search"
+    parts = [part.lower() for part in split_identifier(name)]
+    if not parts or all(part in STOPWORDS or len(part) < 2 for part in parts):
+        return False
+    return "_" + "_".join(parts) + "_" in query_terms.parts
+
