@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, Protocol
 
+from pipeline.settings import QuerySettings
 from query.request import SearchRequest
 
 _PREFIX = "shardfuse:results:"
@@ -24,11 +25,15 @@ class ResultCache(Protocol):
     def put(self, key: str, answer: dict[str, Any]) -> None: ...
 
 
-def cache_key(request: SearchRequest, *, shard_state: Sequence[tuple[int, int | None]]) -> str:
-    """A key for ``request`` against shards in ``shard_state`` (per shard: write version, BM25 generation)."""
+def cache_key(
+    request: SearchRequest, *, shard_state: Sequence[tuple[int, int | None]], settings: QuerySettings | None = None
+) -> str:
+    """A key for ``request`` against shards in ``shard_state`` (per shard: write version, BM25 generation),
+    answered under the query ``settings`` (a worker restarted with other boosts or routing misses)."""
     payload = {
         "request": {**asdict(request), "where": asdict(request.where)},
         "shards": [list(state) for state in shard_state],
+        "settings": settings.model_dump(mode="json") if settings is not None else None,
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
     return f"{_PREFIX}{request.zone}:{digest}"

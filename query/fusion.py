@@ -114,12 +114,32 @@ def _check_alpha(alpha: float) -> None:
         raise ValueError(f"alpha must be within 0..1, got {alpha}")
 
 
-def fuse(method: Fusion, legs: Mapping[str, Leg], *, alpha: float = 0.5, rrf_k: int = 60) -> list[FusedHit]:
-    """Fuse with the named method (the request's ``fusion``)."""
+def leg_kind(leg: str) -> str:
+    """The kind of a leg: expansion legs are named ``keyword+…`` / ``vector+…`` after the leg they extend."""
+    return leg.split("+", 1)[0]
+
+
+def fuse(
+    method: Fusion,
+    legs: Mapping[str, Leg],
+    *,
+    alpha: float = 0.5,
+    rrf_k: int = 60,
+    weights: Mapping[str, float] | None = None,
+) -> list[FusedHit]:
+    """Fuse with the named method (the request's ``fusion``).
+
+    ``weights`` (default 1 per leg) scale each leg on top of the method's own weighting: the router's lean
+    and the smaller share of expansion legs. ``alpha`` splits the alpha-based methods between the vector
+    kind and the keyword kind of legs.
+    """
+    base = {leg: (weights or {}).get(leg, 1.0) for leg in legs}
+    _check_alpha(alpha)
+    split = {leg: w * (alpha if leg_kind(leg) == VECTOR else 1 - alpha) for leg, w in base.items()}
     methods: dict[Fusion, Callable[[], list[FusedHit]]] = {
-        Fusion.RRF: lambda: rrf(legs, k=rrf_k),
-        Fusion.RRF_WEIGHTED: lambda: rrf_weighted(legs, alpha=alpha, k=rrf_k),
-        Fusion.WEIGHTED: lambda: weighted(legs, alpha=alpha),
-        Fusion.CONVEX: lambda: convex(legs, weights={VECTOR: alpha, KEYWORD: 1 - alpha}),
+        Fusion.RRF: lambda: rrf(legs, k=rrf_k, weights=base),
+        Fusion.RRF_WEIGHTED: lambda: rrf(legs, k=rrf_k, weights={leg: 2 * w for leg, w in split.items()}),
+        Fusion.WEIGHTED: lambda: _linear(legs, split, renormalise=False),
+        Fusion.CONVEX: lambda: convex(legs, weights=split),
     }
     return methods[method]()

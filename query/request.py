@@ -38,6 +38,10 @@ class SearchRequest:
     alpha: float = 0.5  # the vector leg's weight in weighted fusions
     rrf_k: int | None = None  # None: the configured default
     where: ChunkFilter = field(default_factory=ChunkFilter)  # path prefix and metadata equality
+    # Per-request switches for the ranking stages; None follows the settings (query.boosts/router/expansion).
+    boost: bool | None = None
+    route: bool | None = None
+    expand: bool | None = None
 
     @classmethod
     def parse(
@@ -52,6 +56,9 @@ class SearchRequest:
         rrf_k: object = None,
         path_prefix: object = None,
         filters: object = None,
+        boost: object = None,
+        route: object = None,
+        expand: object = None,
         max_k: int = 1000,
     ) -> SearchRequest:
         """Build a request from untrusted RPC arguments; every problem is an :class:`InvalidQueryError`."""
@@ -80,6 +87,13 @@ class SearchRequest:
             isinstance(filters, dict) and all(isinstance(k, str) and isinstance(v, scalar) for k, v in filters.items())
         ):
             raise InvalidQueryError("filters must map metadata keys to strings, numbers or booleans")
+        for name, switch in (("boost", boost), ("route", route), ("expand", expand)):
+            if switch is not None and not isinstance(switch, bool):
+                raise InvalidQueryError(f"{name} must be true, false or null, got {switch!r}")
         where = ChunkFilter(path_prefix=path_prefix, metadata=dict(filters or {}))
         return cls(query=query, zone=zone, k=k, mode=Mode(mode), fusion=Fusion(fusion), alpha=float(alpha),
-                   rrf_k=rrf_k, where=where)
+                   rrf_k=rrf_k, where=where, boost=_switch(boost), route=_switch(route), expand=_switch(expand))
+
+
+def _switch(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None

@@ -1,7 +1,21 @@
-"""Answering one search: fan out to every shard, merge each leg, fuse, hydrate."""
+"""Answering one search: route, fan out to every shard, merge each leg, expand, fuse, hydrate, boost.
+
+The stages, each a pure function elsewhere in ``query/`` except the fan-out:
+
+1. :func:`query.router.route` picks the over-fetch multiplier and the legs' weights from the query text;
+2. every shard reports its share of the zone's term statistics, summed so BM25 IDFs are zone-wide
+   (:mod:`pipeline.lexical.stats`), while the query is embedded;
+3. both legs run on every shard at once and are merged across shards by score;
+4. optionally (off by default), :class:`query.expansion.QueryExpander` adds keyword and vector legs for
+   LLM-written variants of the query, unless the keyword leg's top hit is already decisive;
+5. :func:`query.fusion.fuse` fuses the legs; the fused hits are hydrated from their shards;
+6. :func:`query.boosts.rerank` applies field, exactness and symbol boosts, then :func:`diversify` caps
+   chunks per file and only the top ``full_text_top_n`` results carry their full text.
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -12,12 +26,21 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.embeddings import Embedder
+from pipeline.lexical.stats import TermStats, combine
+from pipeline.settings import QuerySettings
 from pipeline.store import ChunkRecord
+from query.boosts import NO_BOOST, Boost, Candidate, prepare_query, rerank
 from query.cache import ResultCache, cache_key
-from query.fusion import KEYWORD, VECTOR, fuse
+from query.expansion import Expansion, QueryExpander
+from query.fusion import KEYWORD, VECTOR, FusedHit, fuse
 from query.ranking import diversify, snippet
 from query.request import SearchRequest
+from query.router import NEUTRAL, Route, route
 from query.shards import LegHit, ShardSearcher
+
+# An expansion leg counts this much of the leg it extends, shared among that kind's expansion legs: the
+# original query stays the strongest evidence.
+EXPANSION_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,29 +57,26 @@ class SearchService:
         *,
         shards: Sequence[ShardSearcher],
         embedder: Embedder,
-        over_fetch: int = 3,
-        rrf_k: int = 60,
-        max_chunks_per_file: int = 3,
-        full_text_top_n: int = 8,
-        snippet_chars: int = 240,
+        settings: QuerySettings,
         cache: ResultCache | None = None,
         write_versions: Callable[[], Sequence[int]] | None = None,
+        expander: QueryExpander | None = None,
     ) -> None:
         self._shards = list(shards)
         self._embedder = embedder
-        self._over_fetch = over_fetch
-        self._rrf_k = rrf_k
-        self._max_per_file = max_chunks_per_file or None
-        self._full_text_top_n = full_text_top_n
-        self._snippet_chars = snippet_chars
+        self._settings = settings
+        self._max_per_file = settings.max_chunks_per_file or None
         self._cache = cache
         # Per shard, a counter every committed write bumps: part of the cache key.
         self._write_versions = write_versions
+        self._expander = expander
         # Two legs per shard run at once; the pool lives as long as the service (one per worker process).
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self._shards)), thread_name_prefix="shard")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._expander is not None:
+            self._expander.close()
 
     def search(self, request: SearchRequest, *, use_cache: bool = True) -> dict[str, Any]:
         """Answer ``request``, from the result cache when the shards have not changed since."""
@@ -65,7 +85,8 @@ class SearchService:
         started = time.perf_counter()
         versions = self._write_versions()
         generations = [shard.current_generation() for shard in self._shards]
-        key = cache_key(request, shard_state=list(zip(versions, generations, strict=True)))
+        key = cache_key(request, shard_state=list(zip(versions, generations, strict=True)),
+                        settings=self._settings)
         cached = self._cache.get(key)
         if cached is not None:
             cached["cache"] = "hit"
@@ -78,49 +99,69 @@ class SearchService:
 
     def _search(self, request: SearchRequest) -> dict[str, Any]:
         started = time.perf_counter()
-        limit = request.k * self._over_fetch
+        settings = self._settings
         timings: dict[str, float] = {}
+        plan = route(request.query) if _on(request.route, settings.router.enabled) else NEUTRAL
+        limit = math.ceil(request.k * settings.over_fetch * plan.limit_multiplier)
 
+        # The zone's term statistics are gathered while the query is embedded.
+        stats = self._gather_stats(request.query, request.zone) if request.mode.uses_keyword else None
         embedding: npt.NDArray[np.float32] | None = None
         if request.mode.uses_vector:
             t = time.perf_counter()
             embedding = self._embedder.embed_query(request.query)
             timings["embed"] = _ms(t)
-
-        pending: dict[str, list[tuple[int, Future[tuple[list[LegHit], float]]]]] = {KEYWORD: [], VECTOR: []}
-        for shard in self._shards:
-            if request.mode.uses_keyword:
-                pending[KEYWORD].append(
-                    (shard.shard, self._pool.submit(_timed, shard.keyword, request.query, request, limit))
-                )
-            if embedding is not None:
-                pending[VECTOR].append(
-                    (shard.shard, self._pool.submit(_timed, shard.vector, embedding, request, limit))
-                )
-        legs = {name: _merge(futures, limit) for name, futures in pending.items() if futures}
+        pending: dict[str, list[tuple[int, Future[tuple[list[LegHit], float]]]]] = {}
+        if stats is not None:
+            pending[KEYWORD] = self._submit_keyword(request.query, request, limit, stats)
+        if embedding is not None:
+            pending[VECTOR] = self._submit_vector(embedding, request, limit)
+        legs = {name: _merge(futures, limit) for name, futures in pending.items()}
         for name, leg in legs.items():
             timings[name] = leg.ms
+
+        expansion_info = None
+        if self._expander is not None and _on(request.expand, settings.expansion.enabled):
+            keyword_scores = [h.score for _, h in legs[KEYWORD].hits[:2]] if KEYWORD in legs else None
+            outcome = self._expander.expand(request.query, keyword_scores=keyword_scores)
+            timings["expand"] = outcome.ms
+            expansion_info = {"source": outcome.source, "reason": outcome.reason}
+            if outcome.expansion is not None:
+                t = time.perf_counter()
+                legs.update(self._expansion_legs(outcome.expansion, request, limit))
+                timings["expansion_legs"] = _ms(t)
+                expansion_info["legs"] = sorted(name for name in legs if "+" in name)
 
         t = time.perf_counter()
         fused = fuse(
             request.fusion,
             {name: [(h.chunk_id, h.score) for _, h in leg.hits] for name, leg in legs.items()},
             alpha=request.alpha,
-            rrf_k=request.rrf_k or self._rrf_k,
+            rrf_k=request.rrf_k or settings.rrf_k,
+            weights=_leg_weights(legs, plan),
         )
         timings["fuse"] = _ms(t)
 
         t = time.perf_counter()
-        located = {h.chunk_id: shard for leg in legs.values() for shard, h in leg.hits}
-        leg_scores = {name: {h.chunk_id: h.score for _, h in leg.hits} for name, leg in legs.items()}
+        located: dict[str, int] = {}
+        for leg in legs.values():
+            for shard, h in leg.hits:
+                located.setdefault(h.chunk_id, shard)
         records = self._hydrate([f.chunk_id for f in fused], located, request.zone)
         timings["hydrate"] = _ms(t)
 
+        t = time.perf_counter()
         # Chunks replaced or deleted since their BM25 generation was built do not hydrate: drop them.
-        present = ((hit, records[hit.chunk_id]) for hit in fused if hit.chunk_id in records)
+        present = [(hit, records[hit.chunk_id]) for hit in fused if hit.chunk_id in records]
+        ranked = self._boost(request, present)
+        timings["boost"] = _ms(t)
+
+        leg_scores = {name: {h.chunk_id: h.score for _, h in legs[name].hits} for name in (KEYWORD, VECTOR)
+                      if name in legs}
         results: list[dict[str, Any]] = []
-        for hit, record in diversify(present, key=lambda pair: pair[1].path, max_per_key=self._max_per_file):
-            full = len(results) < self._full_text_top_n
+        for (hit, record), score, boost in diversify(ranked, key=lambda r: r[0][1].path,
+                                                    max_per_key=self._max_per_file):
+            full = len(results) < settings.full_text_top_n
             results.append(
                 {
                     "rank": len(results) + 1,
@@ -129,10 +170,12 @@ class SearchService:
                     "path": record.path,
                     "start_line": record.start_line,
                     "end_line": record.end_line,
-                    "text": record.text if full else snippet(record.text, max_chars=self._snippet_chars),
-                    "truncated": not full and len(record.text) > self._snippet_chars,
-                    "score": hit.score,
+                    "text": record.text if full else snippet(record.text, max_chars=settings.snippet_chars),
+                    "truncated": not full and len(record.text) > settings.snippet_chars,
+                    "score": score,
                     "fused_score": hit.score,
+                    "boost": boost.factor,
+                    "boost_reasons": list(boost.reasons),
                     "keyword_score": leg_scores.get(KEYWORD, {}).get(hit.chunk_id),
                     "vector_score": leg_scores.get(VECTOR, {}).get(hit.chunk_id),
                     "keyword_rank": hit.ranks.get(KEYWORD),
@@ -143,19 +186,79 @@ class SearchService:
             if len(results) == request.k:
                 break
         timings["total"] = _ms(started)
-        return {
+        answer: dict[str, Any] = {
             "query": request.query,
             "zone": request.zone,
             "mode": request.mode.value,
             "fusion": request.fusion.value,
             "k": request.k,
             "results": results,
+            "route": {
+                "complexity": round(plan.complexity, 3),
+                "limit_multiplier": round(plan.limit_multiplier, 3),
+                "keyword_weight": round(plan.keyword_weight, 3),
+                "vector_weight": round(plan.vector_weight, 3),
+            },
             "timings_ms": {name: round(value, 3) for name, value in timings.items()},
             "shards": {
                 "queried": len(self._shards),
                 "bm25_generations": {str(s.shard): s.generation() for s in self._shards},
             },
         }
+        if expansion_info is not None:
+            answer["expansion"] = expansion_info
+        return answer
+
+    def _gather_stats(self, query: str, zone: str) -> Future[TermStats]:
+        """Start collecting every shard's share of the zone's statistics; the future sums them."""
+        parts = [self._pool.submit(shard.keyword_stats, query, zone=zone) for shard in self._shards]
+        return self._pool.submit(lambda: combine(part.result() for part in parts))
+
+    def _submit_keyword(
+        self, query: str, request: SearchRequest, limit: int, stats: Future[TermStats]
+    ) -> list[tuple[int, Future[tuple[list[LegHit], float]]]]:
+        zone_stats = stats.result()
+        return [
+            (shard.shard, self._pool.submit(_timed, shard.keyword, query, request, limit, stats=zone_stats))
+            for shard in self._shards
+        ]
+
+    def _submit_vector(
+        self, embedding: npt.NDArray[np.float32], request: SearchRequest, limit: int
+    ) -> list[tuple[int, Future[tuple[list[LegHit], float]]]]:
+        return [(shard.shard, self._pool.submit(_timed, shard.vector, embedding, request, limit))
+                for shard in self._shards]
+
+    def _expansion_legs(self, expansion: Expansion, request: SearchRequest, limit: int) -> dict[str, _Leg]:
+        """One extra keyword leg per lexical variant and one extra vector leg per question or passage."""
+        pending: dict[str, list[tuple[int, Future[tuple[list[LegHit], float]]]]] = {}
+        if request.mode.uses_keyword:
+            for i, variant in enumerate(expansion.lexical, start=1):
+                stats = self._gather_stats(variant, request.zone)
+                pending[f"{KEYWORD}+{i}"] = self._submit_keyword(variant, request, limit, stats)
+        if request.mode.uses_vector:
+            # Questions are embedded as queries; the hypothetical passage as the documents it imitates.
+            embeddings = [self._embedder.embed_query(question) for question in expansion.questions]
+            if expansion.passage:
+                embeddings.append(self._embedder.embed_documents([expansion.passage])[0])
+            for i, embedding in enumerate(embeddings, start=1):
+                pending[f"{VECTOR}+{i}"] = self._submit_vector(np.asarray(embedding, dtype=np.float32), request,
+                                                               limit)
+        return {name: _merge(futures, limit) for name, futures in pending.items()}
+
+    def _boost(
+        self, request: SearchRequest, present: list[tuple[FusedHit, ChunkRecord]]
+    ) -> list[tuple[tuple[FusedHit, ChunkRecord], float, Boost]]:
+        boosts = self._settings.boosts
+        if not _on(request.boost, boosts.enabled):
+            return [(pair, pair[0].score, NO_BOOST) for pair in present]
+        return rerank(
+            present,
+            query_terms=prepare_query(request.query),
+            candidate_of=lambda pair: _candidate(pair[1]),
+            score_of=lambda pair: pair[0].score,
+            settings=boosts,
+        )
 
     def _hydrate(self, chunk_ids: list[str], located: dict[str, int], zone: str) -> dict[str, ChunkRecord]:
         by_shard: dict[int, list[str]] = {}
@@ -169,17 +272,38 @@ class SearchService:
         return records
 
 
-def _timed(leg: Any, what: Any, request: SearchRequest, limit: int) -> tuple[list[LegHit], float]:
+def _timed(
+    leg: Any, what: Any, request: SearchRequest, limit: int, **extra: Any
+) -> tuple[list[LegHit], float]:
     t = time.perf_counter()
-    hits = leg(what, zone=request.zone, limit=limit, where=request.where or None)
+    hits = leg(what, zone=request.zone, limit=limit, where=request.where or None, **extra)
     return hits, _ms(t)
+
+
+def _on(requested: bool | None, default: bool) -> bool:
+    return default if requested is None else requested
+
+
+def _leg_weights(legs: dict[str, _Leg], plan: Route) -> dict[str, float]:
+    """The router's lean per kind of leg; expansion legs share ``EXPANSION_SHARE`` of their kind's weight."""
+    lean = {KEYWORD: plan.keyword_weight, VECTOR: plan.vector_weight}
+    extra = {kind: sum(1 for name in legs if name.startswith(kind + "+")) for kind in lean}
+    weights: dict[str, float] = {}
+    for name in legs:
+        kind = name.split("+", 1)[0]
+        weights[name] = lean[kind] if name == kind else lean[kind] * EXPANSION_SHARE / extra[kind]
+    return weights
+
+
+def _candidate(record: ChunkRecord) -> Candidate:
+    return Candidate(path=record.path, text=record.text, metadata=record.metadata, symbols=record.symbols,
+                     primary_symbol=record.primary_symbol, role=record.role)
 
 
 def _merge(futures: list[tuple[int, Future[tuple[list[LegHit], float]]]], limit: int) -> _Leg:
     """One leg across shards: every shard's hits by score, best first, cut to ``limit``.
 
-    Raw BM25 scores are compared across shards as Elasticsearch does without DFS: each shard's IDF comes
-    from its own documents, which hash placement keeps statistically alike.
+    BM25 scores compare across shards because every shard scored with the zone-wide IDFs.
     """
     merged: list[tuple[int, LegHit]] = []
     slowest = 0.0

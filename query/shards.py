@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.lexical import LexicalShardReader
+from pipeline.lexical.stats import TermStats
 from pipeline.store import ChunkFilter, ChunkRecord, ShardStore
 
 
@@ -20,7 +21,11 @@ class LegHit(NamedTuple):
 class ShardSearcher(Protocol):
     shard: int
 
-    def keyword(self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None) -> list[LegHit]: ...
+    def keyword_stats(self, query: str, *, zone: str) -> TermStats: ...
+
+    def keyword(
+        self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None, stats: TermStats | None = None
+    ) -> list[LegHit]: ...
 
     def vector(
         self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None
@@ -42,11 +47,16 @@ class StoreShardSearcher:
         self._lexical = lexical
         self._ef_search = ef_search
 
-    def keyword(self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None) -> list[LegHit]:
+    def keyword_stats(self, query: str, *, zone: str) -> TermStats:
+        return self._lexical.term_stats(query, zone=zone)
+
+    def keyword(
+        self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None, stats: TermStats | None = None
+    ) -> list[LegHit]:
         # The index knows chunk ids and zones only: the filter's matching ids come from PostgreSQL and
         # narrow the bm25s weight mask, so the filter applies before the top-k cut.
         allowed = self._store.matching_chunk_ids(zone=zone, where=where) if where else None
-        return [LegHit(h.chunk_id, h.score) for h in self._lexical.search(query, zone=zone, k=limit, allowed=allowed)]
+        return [LegHit(h.chunk_id, h.score) for h in self._lexical.search(query, zone=zone, k=limit, allowed=allowed, stats=stats)]
 
     def vector(
         self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None

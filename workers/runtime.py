@@ -26,6 +26,7 @@ from pipeline.store import ShardPools, ShardStore
 from pipeline.store.schema import ensure_shared_schema
 from pipeline.tokens import TokenCounter
 from query.cache import RedisResultCache
+from query.expansion import QueryExpander, RedisExpansionCache
 from query.search import SearchService
 from query.shards import StoreShardSearcher
 from workers.names import Queue
@@ -122,13 +123,11 @@ class WorkerRuntime:
             return SearchService(
                 shards=shards,
                 embedder=self.embedder,
-                over_fetch=q.over_fetch,
-                rrf_k=q.rrf_k,
-                max_chunks_per_file=q.max_chunks_per_file,
-                full_text_top_n=q.full_text_top_n,
-                snippet_chars=q.snippet_chars,
+                settings=q,
                 cache=RedisResultCache(self.redis, ttl_s=q.result_cache_ttl_s) if q.result_cache_ttl_s else None,
                 write_versions=lambda: self.freshness.dirty_versions(self.settings.shards),
+                # Builds its HTTP client on first use; with expansion disabled it answers "skipped" at once.
+                expander=QueryExpander(settings=q.expansion, cache=RedisExpansionCache(self.redis)),
             )
 
         return self._once("_searcher", build)

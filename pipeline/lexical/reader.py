@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,6 +32,7 @@ from pipeline.lexical.layout import (
     shard_dir,
 )
 from pipeline.lexical.manifest import ShardManifest, read_manifest
+from pipeline.lexical.stats import TermStats, lucene_idf
 from pipeline.lexical.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -109,20 +110,40 @@ class _Generation:
     def with_key(self, key: _StatKey | None) -> _Generation:
         return replace(self, key=key)
 
+    def term_stats(self, tokens: list[str], *, zone: str) -> TermStats:
+        """How many of ``zone``'s documents this generation holds, and how many contain each token."""
+        code = self.zone_index.get(zone)
+        if self.retriever is None or self.zone_codes is None or code is None:
+            return TermStats()
+        vocab: dict[str, int] = self.retriever.vocab_dict
+        indptr, indices = self.retriever.scores["indptr"], self.retriever.scores["indices"]
+        df: dict[str, int] = {}
+        for token in set(tokens):
+            token_id = vocab.get(token)
+            if token_id is not None:
+                docs = indices[indptr[token_id] : indptr[token_id + 1]]
+                df[token] = int(np.count_nonzero(self.zone_codes[docs] == code))
+        return TermStats(docs=self.zone_sizes[code], df=df)
+
     def search(
-        self, tokens: list[str], *, zone: str, k: int, allowed: Collection[str] | None = None
+        self,
+        tokens: list[str],
+        *,
+        zone: str,
+        k: int,
+        allowed: Collection[str] | None = None,
+        stats: TermStats | None = None,
     ) -> list[LexicalHit]:
         if self.retriever is None or self.masks is None or self.chunk_ids is None or self.zone_codes is None:
             return []
         code = self.zone_index.get(zone)
         if code is None:
             return []
-        vocab: dict[str, int] = self.retriever.vocab_dict
-        known = [token for token in tokens if token in vocab]
-        if not known:
+        weights = self._term_weights(tokens, stats)
+        if not weights:
             return []
         # Only the zone's own documents can score above zero under its mask, so asking for more than the
-        # zone holds is wasted sorting; it also keeps k within bm25s's "k <= number of documents" check.
+        # zone holds is wasted sorting.
         top = min(k, self.zone_sizes[code])
         mask = self.masks.get(code)
         if allowed is not None and self.positions is not None:
@@ -133,23 +154,59 @@ class _Generation:
             mask, top = narrowed, min(top, len(keep))
             if top == 0:
                 return []
-        results = self.retriever.retrieve(
-            [known],
-            k=top,
-            weight_mask=mask,
-            show_progress=False,
-            n_threads=0,
-            backend_selection="numpy",
-        )
+        scores = self._scores(weights) * mask
+        best = _top(scores, top)
         hits: list[LexicalHit] = []
-        for doc, score in zip(results.documents[0].tolist(), results.scores[0].tolist(), strict=True):
+        for doc, score in zip(best.tolist(), scores[best].tolist(), strict=True):
             # The mask zeroes every other zone's score, so the zone check never drops a hit; it stays as the
-            # guarantee that no query ever sees another zone's chunk, whatever bm25s does with the mask.
+            # guarantee that no query ever sees another zone's chunk.
             if score > 0.0 and int(self.zone_codes[doc]) == code:
                 hits.append(LexicalHit(str(self.chunk_ids[doc]), float(score)))
         # Deterministic order among equal scores, so repeated queries fuse identically.
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
         return hits
+
+
+    def _term_weights(self, tokens: list[str], stats: TermStats | None) -> dict[int, float]:
+        """Per known token id, the factor its stored scores are summed with.
+
+        A token repeated in the query counts once per occurrence, as in bm25s. With zone-wide ``stats``, the
+        factor also swaps the shard's baked-in IDF for the zone's.
+        """
+        assert self.retriever is not None
+        vocab: dict[str, int] = self.retriever.vocab_dict
+        indptr = self.retriever.scores["indptr"]
+        shard_docs = int(self.retriever.scores["num_docs"])
+        weights: dict[int, float] = {}
+        for token, count in Counter(tokens).items():
+            token_id = vocab.get(token)
+            if token_id is None:
+                continue
+            weight = float(count)
+            if stats is not None and stats.docs > 0:
+                shard_df = int(indptr[token_id + 1] - indptr[token_id])
+                weight *= stats.idf(token) / lucene_idf(shard_df, shard_docs)
+            weights[token_id] = weight
+        return weights
+
+    def _scores(self, weights: dict[int, float]) -> npt.NDArray[np.float32]:
+        """Every document's BM25 score for the weighted tokens: a sum of sparse columns of the score matrix."""
+        assert self.retriever is not None
+        matrix = self.retriever.scores
+        data, indices, indptr = matrix["data"], matrix["indices"], matrix["indptr"]
+        scores = np.zeros(int(matrix["num_docs"]), dtype=np.float32)
+        for token_id, weight in weights.items():
+            start, end = int(indptr[token_id]), int(indptr[token_id + 1])
+            # A column lists each document once, so fancy-index += cannot drop repeated positions.
+            scores[indices[start:end]] += np.float32(weight) * data[start:end]
+        return scores
+
+
+def _top(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.int64]:
+    """Positions of the ``k`` highest scores (unordered; callers sort the hits)."""
+    if k >= len(scores):
+        return np.arange(len(scores))
+    return np.argpartition(scores, len(scores) - k)[len(scores) - k :]
 
 
 class LexicalShardReader:
@@ -199,15 +256,29 @@ class LexicalShardReader:
         """
         return self._current(wait=True).manifest
 
+    def term_stats(self, query: str, *, zone: str) -> TermStats:
+        """This shard's share of the zone-wide statistics for ``query``'s terms (see :mod:`.stats`)."""
+        tokens = self._tokenizer(query)
+        if not tokens:
+            return TermStats()
+        return self._current(wait=False).term_stats(tokens, zone=zone)
+
     def search(
-        self, query: str, *, zone: str, k: int, allowed: Collection[str] | None = None
+        self,
+        query: str,
+        *,
+        zone: str,
+        k: int,
+        allowed: Collection[str] | None = None,
+        stats: TermStats | None = None,
     ) -> list[LexicalHit]:
         """The best ``k`` chunks of ``zone`` for ``query``, best first, all with a score above zero.
 
-        Zone filtering happens inside bm25s (a weight mask), before the top-k cut, so a zone gets its own
+        Zone filtering multiplies the scores by the zone's weight mask before the top-k cut, so a zone gets its own
         ``k`` best chunks however many better matches other zones hold. Unknown terms are ignored; a query
         with no known term returns ``[]``. ``allowed`` (chunk ids), when given, restricts the search to those
-        chunks the same way, inside the mask.
+        chunks the same way, inside the mask. ``stats`` (the zone's statistics summed over every shard)
+        replaces the shard's own IDFs, so scores compare across shards and do not depend on other zones.
         """
         if k < 1:
             raise InvalidQueryError(f"k must be at least 1, got {k}")
@@ -215,7 +286,7 @@ class LexicalShardReader:
         state = self._current(wait=False)
         if not tokens:
             return []
-        return state.search(tokens, zone=zone, k=k, allowed=allowed)
+        return state.search(tokens, zone=zone, k=k, allowed=allowed, stats=stats)
 
     def _stat_key(self) -> _StatKey | None:
         try:

@@ -6,6 +6,7 @@ import fakeredis
 import redis
 
 from pipeline.embeddings import HashingEmbedder
+from pipeline.settings import QuerySettings
 from query.cache import RedisResultCache, cache_key
 from query.request import Mode, SearchRequest
 from query.search import SearchService
@@ -30,7 +31,7 @@ class VersionedShard(FakeShard):
 def test_cached_until_a_write_or_a_rebuild_changes_the_shards() -> None:
     shard = VersionedShard()
     versions = [5]
-    service = SearchService(shards=[shard], embedder=HashingEmbedder(8),
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(8), settings=QuerySettings(),
                             cache=RedisResultCache(fakeredis.FakeRedis(), ttl_s=60), write_versions=lambda: versions)
     request = SearchRequest(query="q", zone="z", mode=Mode.KEYWORD)
     first, second = service.search(request), service.search(request)

@@ -10,6 +10,8 @@ import pytest
 from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import InvalidQueryError
 from pipeline.store import ChunkFilter, ChunkRecord
+from pipeline.lexical.stats import TermStats
+from pipeline.settings import BoostSettings, QuerySettings, RouterSettings
 from query.request import Mode, SearchRequest
 from query.search import SearchService
 from query.shards import LegHit
@@ -22,7 +24,13 @@ class FakeShard:
         self.calls: list[tuple[str, str, int]] = []
         self.wheres: list[ChunkFilter | None] = []
 
-    def keyword(self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None) -> list[LegHit]:
+    def keyword_stats(self, query: str, *, zone: str) -> TermStats:
+        return TermStats(docs=len(self._records), df={query: len(self._keyword)})
+
+    def keyword(
+        self, query: str, *, zone: str, limit: int, where: ChunkFilter | None = None, stats: TermStats | None = None
+    ) -> list[LegHit]:
+        self.stats = stats
         self.calls.append(("keyword", zone, limit))
         self.wheres.append(where)
         return self._keyword[:limit]
@@ -40,8 +48,13 @@ class FakeShard:
         return 3
 
 
+# Routing and boosts off: these tests pin fan-out, merging and fusion exactly.
+NEUTRAL_SETTINGS = QuerySettings(over_fetch=2, rrf_k=60, router=RouterSettings(enabled=False),
+                                 boosts=BoostSettings(enabled=False))
+
+
 def _service(*shards: FakeShard) -> SearchService:
-    return SearchService(shards=shards, embedder=HashingEmbedder(16), over_fetch=2, rrf_k=60)
+    return SearchService(shards=shards, embedder=HashingEmbedder(16), settings=NEUTRAL_SETTINGS)
 
 
 def test_legs_are_merged_across_shards_by_score_then_fused() -> None:
@@ -123,8 +136,8 @@ def test_results_are_diversified_per_file_and_only_the_top_carry_full_text() -> 
     ids = [f"c{i}" for i in range(8)]
     records = {c: ("same.py" if i < 5 else f"other{i}.py") for i, c in enumerate(ids)}
     shard = FakeShard(0, keyword=[LegHit(c, 10.0 - i) for i, c in enumerate(ids)], vector=[], records=records)
-    service = SearchService(shards=[shard], embedder=HashingEmbedder(16), over_fetch=2, max_chunks_per_file=2,
-                            full_text_top_n=2, snippet_chars=20)
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(16), settings=QuerySettings(
+        over_fetch=2, max_chunks_per_file=2, full_text_top_n=2, snippet_chars=20))
     results = service.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD))["results"]
     assert [r["chunk_id"] for r in results] == ["c0", "c1", "c5", "c6", "c7"]  # c2..c4: a third same.py
     assert [r["rank"] for r in results] == [1, 2, 3, 4, 5]
@@ -135,12 +148,13 @@ def test_results_are_diversified_per_file_and_only_the_top_carry_full_text() -> 
             return {c: ChunkRecord(c, zone, records[c], 1, 9, "word " * 50) for c in chunk_ids}
 
     long = LongText(0, keyword=[LegHit(c, 10.0 - i) for i, c in enumerate(ids)], vector=[], records=records)
-    service = SearchService(shards=[long], embedder=HashingEmbedder(16), over_fetch=2, max_chunks_per_file=2,
-                            full_text_top_n=2, snippet_chars=20)
+    service = SearchService(shards=[long], embedder=HashingEmbedder(16), settings=QuerySettings(
+        over_fetch=2, max_chunks_per_file=2, full_text_top_n=2, snippet_chars=20))
     results = service.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD))["results"]
     assert [r["truncated"] for r in results] == [False, False, True, True, True]
     assert results[0]["text"] == "word " * 50 and len(results[2]["text"]) <= 20 and results[2]["text"].endswith("…")
-    unlimited = SearchService(shards=[shard], embedder=HashingEmbedder(16), over_fetch=2, max_chunks_per_file=0)
+    unlimited = SearchService(shards=[shard], embedder=HashingEmbedder(16),
+                              settings=QuerySettings(over_fetch=2, max_chunks_per_file=0))
     assert len(unlimited.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD))["results"]) == 8
 
 
@@ -152,3 +166,70 @@ def test_filters_reach_both_legs_of_every_shard() -> None:
     assert all(w == expected for shard in shards for w in shard.wheres) and all(len(s.wheres) == 2 for s in shards)
     _service(shards[0]).search(SearchRequest.parse(query="q", zone="z"))
     assert shards[0].wheres[-1] is None  # no filter: the legs run unfiltered
+
+
+def test_every_shard_scores_with_the_zone_wide_statistics() -> None:
+    shards = [FakeShard(i, keyword=[LegHit(f"k{i}", 1.0)] * (i + 1), vector=[], records={f"k{i}": "p"})
+              for i in range(3)]
+    _service(*shards).search(SearchRequest(query="q", zone="z", mode=Mode.KEYWORD))
+    # Each fake shard holds one document and reports df = its number of keyword hits (1, 2, 3).
+    assert all(shard.stats == TermStats(docs=3, df={"q": 6}) for shard in shards)
+
+
+def test_the_router_widens_the_fetch_for_complex_queries_and_reports_its_plan() -> None:
+    shard = FakeShard(0, keyword=[], vector=[], records={})
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(16), settings=QuerySettings(over_fetch=2))
+    simple = service.search(SearchRequest(query="retry", zone="z", k=10))
+    complex_query = ("how many trials compared aspirin versus placebo before 2010 and which of them "
+                     "reported outcomes that changed after the follow-up?")
+    answer = service.search(SearchRequest(query=complex_query, zone="z", k=10))
+    limits = [limit for _, _, limit in shard.calls]
+    assert limits[:2] == [20, 20]  # a plain one-word query fetches k × over_fetch
+    assert min(limits[2:]) > 20 and answer["route"]["limit_multiplier"] > 1
+    assert answer["route"]["vector_weight"] > answer["route"]["keyword_weight"]  # a long question leans vector
+    off = service.search(SearchRequest(query=complex_query, zone="z", k=10, route=False))
+    assert off["route"]["limit_multiplier"] == 1 and shard.calls[-1][2] == 20
+
+
+def test_expansion_adds_legs_for_the_models_variants(tmp_path: object) -> None:
+    import json
+
+    from pipeline.settings import ExpansionSettings
+    from query.expansion import QueryExpander
+    from tests.support.openai_server import CHAT_COMPLETIONS, FakeOpenAIServer, Reply
+
+    shard = FakeShard(0, keyword=[LegHit("a", 1.0)], vector=[LegHit("b", 0.5)], records={"a": "a.py", "b": "b.py"})
+    with FakeOpenAIServer() as server:
+        server.script(CHAT_COMPLETIONS, [Reply.chat(json.dumps(
+            {"lexical": ["retry backoff", "exponential retry"], "questions": ["how to retry?"],
+             "passage": "Retries wait longer each time."}))])
+        expansion = ExpansionSettings(enabled=True, base_url=server.base_url, api_key="sk-test", timeout_s=5)
+        service = SearchService(shards=[shard], embedder=HashingEmbedder(16),
+                                settings=NEUTRAL_SETTINGS.model_copy(update={"expansion": expansion}),
+                                expander=QueryExpander(settings=expansion))
+        answer = service.search(SearchRequest(query="backoff", zone="z", k=5))
+        assert answer["expansion"]["source"] == "model"
+        assert answer["expansion"]["legs"] == ["keyword+1", "keyword+2", "vector+1", "vector+2"]
+        assert [c[0] for c in shard.calls].count("keyword") == 3 and [c[0] for c in shard.calls].count("vector") == 3
+        assert len(server.requests(CHAT_COMPLETIONS)) == 1
+        # Off for this request: no legs added, no request made.
+        plain = service.search(SearchRequest(query="backoff", zone="z", k=5, expand=False))
+        assert "expansion" not in plain and len(server.requests(CHAT_COMPLETIONS)) == 1
+        service.close()
+
+
+def test_expansion_failure_costs_nothing_but_time() -> None:
+    from pipeline.settings import ExpansionSettings
+    from query.expansion import QueryExpander
+    from tests.support.openai_server import CHAT_COMPLETIONS, FakeOpenAIServer, Reply
+
+    shard = FakeShard(0, keyword=[LegHit("a", 1.0)], vector=[], records={"a": "a.py"})
+    with FakeOpenAIServer() as server:
+        server.script(CHAT_COMPLETIONS, [Reply(status=500), Reply(status=500)])
+        expansion = ExpansionSettings(enabled=True, base_url=server.base_url, api_key="sk-test", timeout_s=2)
+        service = SearchService(shards=[shard], embedder=HashingEmbedder(16),
+                                settings=NEUTRAL_SETTINGS.model_copy(update={"expansion": expansion}),
+                                expander=QueryExpander(settings=expansion))
+        answer = service.search(SearchRequest(query="backoff", zone="z", k=5))
+        assert answer["expansion"]["source"] == "failed" and [r["chunk_id"] for r in answer["results"]] == ["a"]
+        service.close()

@@ -21,7 +21,7 @@ from query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percen
 from query.fusion import Fusion
 from query.request import Mode
 from workers import monitor
-from workers.cli.querying import SearchClient
+from workers.cli.querying import SearchClient, add_stage_switches
 from workers.publishing import CeleryEventSink
 
 RETRIEVE_K = 100  # deep enough for Recall@100
@@ -34,6 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--modes", default="keyword,semantic,hybrid", help="comma-separated search modes")
     p.add_argument("--fusion", choices=[f.value for f in Fusion], help="hybrid fusion (default: query.fusion)")
     p.add_argument("--alpha", type=float, help="vector leg weight for weighted fusions (default: query.alpha)")
+    add_stage_switches(p)
     p.add_argument("--shards", type=int, help="check that the running stack has this many shards")
     p.add_argument("--zone", help="zone to index into (default: eval-<dataset name>)")
     p.add_argument("--republish", action="store_true", help="publish the corpus even if the zone holds it")
@@ -57,7 +58,8 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     query_ids = sorted(data.queries)[: args.max_queries] if args.max_queries else sorted(data.queries)
     client = SearchClient(settings)
     # Scored and timed for real: the result cache would answer repeated runs without searching.
-    options = {"fusion": args.fusion, "alpha": args.alpha, "cache": False}
+    options = {"fusion": args.fusion, "alpha": args.alpha, "cache": False, "boost": args.boost, "route": args.route,
+               "expand": args.expand}
     report = {mode.value: _score(data, query_ids, mode=mode, zone=zone, client=client, options=options)
               for mode in modes}
     print(_table(report, dataset=data.name, queries=len(query_ids), shards=settings.shards))

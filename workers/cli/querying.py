@@ -29,7 +29,16 @@ def register(sub: Any) -> None:
     search.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                         help="only documents whose metadata has KEY equal to VALUE (repeatable)")
     search.add_argument("--json", action="store_true", help="print the task's JSON answer")
+    add_stage_switches(search)
     search.set_defaults(handler=run_search)
+
+
+def add_stage_switches(parser: Any) -> None:
+    """``--boost/--no-boost``, ``--route/--no-route``, ``--expand/--no-expand``: per-request ranking stages."""
+    for stage, what in (("boost", "field, exactness and symbol boosts"), ("route", "the query router"),
+                        ("expand", "LLM query expansion")):
+        parser.add_argument(f"--{stage}", action=argparse.BooleanOptionalAction, default=None,
+                            help=f"switch {what} on or off (default: as configured)")
 
 
 class SearchClient:
@@ -66,7 +75,7 @@ def run_search(args: argparse.Namespace, settings: Settings) -> int:
     try:
         answer = remote_search(settings, query=args.query, zone=args.zone, k=args.k, mode=args.mode,
                                fusion=args.fusion, alpha=args.alpha, path_prefix=args.path_prefix,
-                               filters=filters or None)
+                               filters=filters or None, boost=args.boost, route=args.route, expand=args.expand)
     except StoreUnavailableError:
         raise  # no worker answered: main() reports it
     except Exception as exc:  # the worker's exception, rebuilt by Celery: print it as the user's error

@@ -27,12 +27,15 @@ def search(
     path_prefix: Any = None,
     filters: Any = None,
     cache: Any = True,
+    boost: Any = None,
+    route: Any = None,
+    expand: Any = None,
 ) -> dict[str, Any]:
     """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception."""
     q = _settings.query
     request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion or q.fusion,
                                   alpha=q.alpha if alpha is None else alpha,
                                   rrf_k=rrf_k, path_prefix=path_prefix, filters=filters,
-                                  max_k=_settings.query.max_k)
+                                  boost=boost, route=route, expand=expand, max_k=_settings.query.max_k)
     searcher = self.app.shardfuse_runtime.get().searcher
     return searcher.search(request, use_cache=bool(cache))  # type: ignore[no-any-return]
