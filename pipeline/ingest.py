@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,10 +11,11 @@ from pipeline.cas import ContentStore
 from pipeline.chunking import chunk_text
 from pipeline.decode import Skipped, decode_content
 from pipeline.events import Op, WriteEvent
-from pipeline.models import PreparedDocument
+from pipeline.models import Chunk, PreparedDocument
 from pipeline.settings import Settings
 from pipeline.sharding import shard_for
 from pipeline.store import DocStatus, DocumentChange, ShardStore
+from pipeline.symbols import extract_symbols, language_for
 from pipeline.tokens import TokenCounter
 
 
@@ -40,7 +42,7 @@ def ingest_event(
     stores: Sequence[ShardStore],
     counter: TokenCounter,
 ) -> IngestOutcome:
-    """Version check → read from the CAS → decode → chunk.
+    """Version check → read from the CAS → decode → chunk → the symbols each chunk defines (code only).
 
     Deletes and skips are applied to the shard here (they need no embedding); a prepared document is
     returned for the embed stage, which applies it. The early version check only saves work: the
@@ -72,8 +74,28 @@ def ingest_event(
         reason = "no text to index (whitespace only)"
         change = DocumentChange(event=event, status=DocStatus.SKIPPED, reason=reason)
         return _applied(store, change, IngestResult.SKIPPED, reason=reason)
+    chunks = _with_symbols(chunks, text, language=language_for(event.path))
     document = PreparedDocument(event=event, shard=shard, chunks=tuple(chunks), line_count=decoded.line_count)
     return IngestOutcome(IngestResult.PREPARED, shard, document=document)
+
+
+def _with_symbols(chunks: list[Chunk], text: str, *, language: str | None) -> list[Chunk]:
+    """Each chunk with the symbols it defines. A chunk is judged alone, told only whether its first line
+    is the tail of a line (chunks start at token boundaries) and whether the document ends with it."""
+    if language is None:
+        return chunks
+    return [
+        dataclasses.replace(
+            chunk,
+            symbols=extract_symbols(
+                chunk.text,
+                language=language,
+                starts_mid_line=chunk.start_char > 0 and text[chunk.start_char - 1] != "\n",
+                ends_document=chunk.end_char == len(text),
+            ),
+        )
+        for chunk in chunks
+    ]
 
 
 def _applied(

@@ -4,10 +4,11 @@ travels in Celery messages (JSON serializer only)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pipeline.events import WriteEvent
+from pipeline.symbols import NO_SYMBOLS, ChunkSymbols
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,7 +16,8 @@ class Chunk:
     """One chunk of a document's text, with where it came from.
 
     ``start_char``/``end_char`` index the decoded text (``text == doc[start_char:end_char]``);
-    ``start_line``/``end_line`` are 1-based and inclusive.
+    ``start_line``/``end_line`` are 1-based and inclusive. ``symbols`` is what the chunk defines when the
+    document is code (set at ingest, :mod:`pipeline.symbols`), empty otherwise.
     """
 
     ordinal: int
@@ -25,17 +27,24 @@ class Chunk:
     start_line: int
     end_line: int
     token_count: int
+    symbols: ChunkSymbols = NO_SYMBOLS
 
     @property
     def chunk_hash(self) -> str:
         return "sha256:" + hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "symbols"}
+        data["symbols"] = self.symbols.to_json()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Chunk:
-        return cls(**data)
+        """Inverse of :meth:`to_dict`; a message without ``symbols`` (sent before they existed) reads
+        as a chunk that defines nothing."""
+        values = dict(data)
+        symbols = ChunkSymbols.from_json(values.pop("symbols", None))
+        return cls(**values, symbols=symbols)
 
 
 def chunk_id(zone: str, path: str, seq: int, ordinal: int) -> str:

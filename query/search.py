@@ -120,7 +120,7 @@ class SearchService:
         for name, leg in legs.items():
             timings[name] = leg.ms
 
-        expansion_info = None
+        expansion_info: dict[str, Any] | None = None
         if self._expander is not None and _on(request.expand, settings.expansion.enabled):
             keyword_scores = [h.score for _, h in legs[KEYWORD].hits[:2]] if KEYWORD in legs else None
             outcome = self._expander.expand(request.query, keyword_scores=keyword_scores)

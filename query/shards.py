@@ -56,7 +56,8 @@ class StoreShardSearcher:
         # The index knows chunk ids and zones only: the filter's matching ids come from PostgreSQL and
         # narrow the bm25s weight mask, so the filter applies before the top-k cut.
         allowed = self._store.matching_chunk_ids(zone=zone, where=where) if where else None
-        return [LegHit(h.chunk_id, h.score) for h in self._lexical.search(query, zone=zone, k=limit, allowed=allowed, stats=stats)]
+        hits = self._lexical.search(query, zone=zone, k=limit, allowed=allowed, stats=stats)
+        return [LegHit(h.chunk_id, h.score) for h in hits]
 
     def vector(
         self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None

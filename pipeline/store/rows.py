@@ -12,12 +12,12 @@ from pipeline.store.changes import DocumentChange
 
 CHUNK_COLUMNS: tuple[str, ...] = (
     "chunk_id", "zone", "path", "seq", "ordinal", "text", "start_char", "end_char",
-    "start_line", "end_line", "token_count", "chunk_hash", "metadata", "embedding",
+    "start_line", "end_line", "token_count", "chunk_hash", "metadata", "symbols", "embedding",
 )  # fmt: skip
 # PostgreSQL types in column order: binary COPY needs them spelled out.
 CHUNK_TYPES: tuple[str, ...] = (
     "text", "text", "text", "int8", "int4", "text", "int4", "int4",
-    "int4", "int4", "int4", "text", "jsonb", "vector",
+    "int4", "int4", "int4", "text", "jsonb", "jsonb", "vector",
 )  # fmt: skip
 
 
@@ -28,6 +28,7 @@ def chunk_rows(change: DocumentChange) -> Iterator[tuple[Any, ...]]:
     event = change.event
     metadata = Jsonb(event.metadata) if event.metadata else None
     for chunk, embedding in zip(change.chunks, change.embeddings, strict=True):
+        symbols = chunk.symbols.to_json()
         yield (
             chunk_id(event.zone, event.path, event.seq, chunk.ordinal),
             event.zone,
@@ -43,5 +44,6 @@ def chunk_rows(change: DocumentChange) -> Iterator[tuple[Any, ...]]:
             chunk.token_count,
             chunk.chunk_hash,
             metadata,
+            None if symbols is None else Jsonb(symbols),  # NULL: not code, or code that defines nothing
             embedding,
         )

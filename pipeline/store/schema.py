@@ -44,12 +44,22 @@ CREATE TABLE IF NOT EXISTS {schema}.chunks (
     token_count integer NOT NULL,
     chunk_hash  text    NOT NULL,
     metadata    jsonb,
+    symbols     jsonb,
     embedding   vector({dimensions}) NOT NULL
 );
 CREATE INDEX IF NOT EXISTS chunks_zone_path ON {schema}.chunks (zone, path);
 CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON {schema}.chunks USING hnsw (embedding vector_cosine_ops);
 CREATE INDEX IF NOT EXISTS documents_status ON {schema}.documents (status) WHERE status <> 'indexed';
 """
+
+# Columns added to ``chunks`` after shards existed, each with the statement that adds it. ALTER TABLE takes
+# an ACCESS EXCLUSIVE lock even when IF NOT EXISTS makes it a no-op, and this runs at every worker start:
+# it would queue every reader of the shard behind a running BM25 snapshot. So it runs only when the
+# catalog lacks the column (IF NOT EXISTS stays as a second guard).
+_ADDED_CHUNK_COLUMNS: dict[str, str] = {
+    # {"symbols": [...], "primary": ..., "role": ...} for code chunks (pipeline.symbols), NULL otherwise.
+    "symbols": "ALTER TABLE {schema}.chunks ADD COLUMN IF NOT EXISTS symbols jsonb",
+}
 
 _SHARED_DDL = """
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -76,7 +86,8 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
     """Create the shard's schema if missing, and refuse to run against one built for other vectors.
 
     Workers start concurrently; ``CREATE ... IF NOT EXISTS`` is not safe against itself, so creation is
-    serialised by a transaction-scoped advisory lock.
+    serialised by a transaction-scoped advisory lock. A shard created by an older release gets the
+    ``chunks`` columns added since (existing rows read NULL there).
     """
     schema = shard_schema(shard)
     with conn.transaction():
@@ -89,6 +100,9 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
             )
         ddl = sql.SQL(_SHARD_DDL).format(schema=sql.Identifier(schema), dimensions=sql.Literal(dimensions))
         conn.execute(ddl)
+        for column, statement in _ADDED_CHUNK_COLUMNS.items():
+            if _chunk_column(conn, schema, column) is None:
+                conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
 
 
 def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:
@@ -99,12 +113,18 @@ def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:
 
 
 def _embedding_dimensions(conn: psycopg.Connection[object], schema: str) -> int | None:
+    return _chunk_column(conn, schema, "embedding")
+
+
+def _chunk_column(conn: psycopg.Connection[object], schema: str, column: str) -> int | None:
+    """The type modifier of a column of the shard's ``chunks`` (a vector's dimensions; -1 for types
+    without one), or None when the table or the column does not exist."""
     row = conn.execute(
         """
         SELECT a.atttypmod FROM pg_attribute a
         JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %s AND c.relname = 'chunks' AND a.attname = 'embedding' AND NOT a.attisdropped
+        WHERE n.nspname = %s AND c.relname = 'chunks' AND a.attname = %s AND NOT a.attisdropped
         """,
-        (schema,),
+        (schema, column),
     ).fetchone()
     return int(row[0]) if row else None  # type: ignore[index]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
 from pipeline.store.filters import ChunkFilter
 from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
 from pipeline.store.schema import ensure_shard_schema, shard_schema
+from pipeline.symbols import ChunkSymbols
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,15 +30,41 @@ class VectorHit:
 
 @dataclass(frozen=True, slots=True)
 class ChunkRecord:
+    """A chunk as the query side shows it. ``metadata`` is its document's metadata (``{}`` when none);
+    ``symbols``/``primary_symbol``/``role`` are what it defines when it is code (see
+    :mod:`pipeline.symbols`), empty and None otherwise."""
+
     chunk_id: str
     zone: str
     path: str
     start_line: int
     end_line: int
     text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    symbols: tuple[str, ...] = ()
+    primary_symbol: str | None = None
+    role: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> ChunkRecord:
+        """From a row of :data:`_RECORD_COLUMNS`."""
+        chunk_id, zone, path, start_line, end_line, text, metadata, symbols = row
+        parsed = ChunkSymbols.from_json(symbols)
+        return cls(
+            chunk_id=chunk_id,
+            zone=zone,
+            path=path,
+            start_line=start_line,
+            end_line=end_line,
+            text=text,
+            metadata=metadata or {},
+            symbols=parsed.symbols,
+            primary_symbol=parsed.primary_symbol,
+            role=None if parsed.role is None else parsed.role.value,
+        )
 
 
-_HIT_COLUMNS = sql.SQL("chunk_id, zone, path, start_line, end_line, text")
+_RECORD_COLUMNS = sql.SQL("chunk_id, zone, path, start_line, end_line, text, metadata, symbols")
 
 
 class ShardStore:
@@ -219,11 +246,11 @@ class ShardStore:
         with self._connection() as conn:
             rows = conn.execute(
                 sql.SQL("SELECT {cols} FROM {s}.chunks WHERE chunk_id = ANY(%s) AND zone = %s").format(
-                    cols=_HIT_COLUMNS, s=self._schema
+                    cols=_RECORD_COLUMNS, s=self._schema
                 ),
                 (list(chunk_ids), zone),
             ).fetchall()
-        return {r[0]: ChunkRecord(*r) for r in rows}
+        return {r[0]: ChunkRecord.from_row(r) for r in rows}
 
     def iter_lexical_rows(self, *, batch_size: int = 5000) -> Iterator[tuple[str, str, str]]:
         """Every chunk's ``(chunk_id, zone, text)`` for a BM25 build, streamed by a server-side cursor

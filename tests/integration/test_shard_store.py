@@ -13,8 +13,9 @@ import pytest
 from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import ConfigurationError
 from pipeline.events import Op, WriteEvent
-from pipeline.models import Chunk
+from pipeline.models import Chunk, chunk_id
 from pipeline.store import DocStatus, DocumentChange, ShardStore, open_pool
+from pipeline.symbols import extract_symbols, language_for
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
@@ -167,3 +168,40 @@ def test_a_filter_matching_one_percent_of_a_20000_chunk_zone_still_returns_k(sto
     assert len(keyword) == 10 and {h.chunk_id for h in keyword} <= allowed
     # a prefix's LIKE wildcards are literal: "rare_" does not match "rare/"
     assert store.matching_chunk_ids(zone="z", where=ChunkFilter(path_prefix="rare_")) == frozenset()
+
+
+def test_fetched_chunks_carry_their_symbols_and_document_metadata(store: ShardStore) -> None:
+    code = "def load(path):\n    return open(path).read()\n\nclass Cache:\n    def get(self, key):\n"
+    chunk = Chunk(0, code, 0, len(code), 1, 5, 20,
+                  symbols=extract_symbols(code, language=language_for("src/cache.py")))
+    prose = Chunk(1, "Notes about caching.", len(code), len(code) + 20, 6, 6, 4)
+    metadata = {"title": "Cache helpers", "tags": ["cache", "io"], "description": "Loads and caches files."}
+    event = WriteEvent(op=Op.WRITE, zone="z", path="src/cache.py", content_hash="sha256:" + "2" * 64, seq=1,
+                       metadata=metadata)
+    store.apply([DocumentChange(event=event, status=DocStatus.INDEXED, chunks=(chunk, prose),
+                                embeddings=EMBED.embed_documents([chunk.text, prose.text]), line_count=6)])
+    store.apply([_write("plain.txt", 1, ["no metadata here"])])
+    ids = {o: chunk_id("z", "src/cache.py", 1, o) for o in (0, 1)}
+    plain_id = chunk_id("z", "plain.txt", 1, 0)
+    records = store.fetch_chunks([*ids.values(), plain_id], zone="z")
+    code_record, prose_record, plain = records[ids[0]], records[ids[1]], records[plain_id]
+    assert code_record.symbols == ("load", "Cache", "get")
+    assert (code_record.primary_symbol, code_record.role) == ("load", "complete")
+    assert code_record.metadata == metadata == prose_record.metadata
+    assert (prose_record.symbols, prose_record.primary_symbol, prose_record.role) == ((), None, None)
+    assert plain.metadata == {} and plain.symbols == ()
+    with store.pool.connection() as conn:
+        stored = conn.execute("SELECT symbols FROM shard_0.chunks WHERE chunk_id = ANY(%s) ORDER BY ordinal",
+                              (list(ids.values()),)).fetchall()
+    assert stored == [({"symbols": ["load", "Cache", "get"], "primary": "load", "role": "complete"},), (None,)]
+
+
+def test_a_shard_created_before_symbols_existed_gets_the_column(store: ShardStore) -> None:
+    store.apply([_write("old.py", 1, ["def old(): pass"])])
+    with store.pool.connection() as conn:
+        conn.execute("ALTER TABLE shard_0.chunks DROP COLUMN symbols")
+    store.ensure_schema()  # what every worker does at start
+    (record,) = store.fetch_chunks([chunk_id("z", "old.py", 1, 0)], zone="z").values()
+    assert (record.text, record.symbols, record.role) == ("def old(): pass", (), None)
+    store.ensure_schema()  # and again, once the column exists: a no-op
+    assert store.apply([_write("old.py", 2, ["def new(): pass"])])[0].applied

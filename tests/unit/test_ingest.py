@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
+from psycopg.types.json import Jsonb
 
 from pipeline.cas import InMemoryContentStore
 from pipeline.errors import ContentNotFoundError
 from pipeline.events import Op, WriteEvent
 from pipeline.ingest import IngestOutcome, IngestResult, ingest_event
+from pipeline.models import Chunk, PreparedDocument
 from pipeline.settings import Settings
 from pipeline.sharding import shard_for
 from pipeline.store import ApplyOutcome, DocStatus, DocumentChange
+from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
+from pipeline.symbols import NO_SYMBOLS, Role
 from pipeline.tokens import TokenCounter
 
 SETTINGS = Settings(shards=3, chunking={"max_tokens": 32, "overlap_tokens": 4})
@@ -114,3 +120,48 @@ def test_content_missing_from_the_cas_is_a_permanent_error(env: Env) -> None:
     event = WriteEvent(op=Op.WRITE, zone="z", path="p", content_hash="sha256:" + "7" * 64, seq=1)
     with pytest.raises(ContentNotFoundError):
         _ingest(event, env)
+
+
+CODE = "".join(
+    f"def handler_{i}(request):\n    value = request.args['v{i}']\n    return respond(value * {i})\n\n"
+    for i in range(12)
+)
+
+
+def test_code_chunks_carry_their_symbols_and_survive_the_trip_to_the_embed_stage(env: Env) -> None:
+    outcome = _ingest(_write(env[0], CODE.encode(), path="app/handlers.py"), env)
+    doc = outcome.document
+    assert doc is not None and len(doc.chunks) > 3
+    first, last = doc.chunks[0], doc.chunks[-1]
+    assert first.symbols.primary_symbol == "handler_0" and first.symbols.role is Role.COMPLETE
+    defined = {name for chunk in doc.chunks for name in chunk.symbols.symbols}
+    assert defined == {f"handler_{i}" for i in range(12)}
+    assert last.symbols.role is not Role.DECLARATION  # the document ends with it: nothing is left open
+    # chunks travel to the embed task as JSON
+    assert PreparedDocument.from_dict(json.loads(json.dumps(doc.to_dict()))) == doc
+
+
+def test_prose_chunks_have_no_symbols(env: Env) -> None:
+    outcome = _ingest(_write(env[0], CODE.encode(), path="notes/handlers.md"), env)
+    assert outcome.document is not None
+    assert all(chunk.symbols == NO_SYMBOLS for chunk in outcome.document.chunks)
+
+
+def test_a_chunk_sent_before_symbols_existed_still_reads() -> None:
+    old = {"ordinal": 0, "text": "x", "start_char": 0, "end_char": 1, "start_line": 1, "end_line": 1, "token_count": 1}
+    assert Chunk.from_dict(old).symbols == NO_SYMBOLS
+
+
+def test_copy_rows_hold_symbols_as_jsonb_and_null_for_prose(env: Env) -> None:
+    outcome = _ingest(_write(env[0], CODE.encode(), path="app/handlers.py"), env)
+    assert outcome.document is not None
+    prose = Chunk(ordinal=99, text="plain words", start_char=0, end_char=11, start_line=1, end_line=1, token_count=2)
+    chunks = (*outcome.document.chunks, prose)
+    change = DocumentChange(event=outcome.document.event, status=DocStatus.INDEXED, chunks=chunks,
+                            embeddings=np.zeros((len(chunks), 4), dtype=np.float32))
+    rows = [dict(zip(CHUNK_COLUMNS, row, strict=True)) for row in chunk_rows(change)]
+    assert len(CHUNK_TYPES) == len(CHUNK_COLUMNS) and CHUNK_TYPES[CHUNK_COLUMNS.index("symbols")] == "jsonb"
+    assert isinstance(rows[0]["symbols"], Jsonb)
+    assert rows[0]["symbols"].obj == outcome.document.chunks[0].symbols.to_json()
+    assert rows[0]["symbols"].obj["primary"] == "handler_0" and rows[0]["symbols"].obj["role"] == "complete"
+    assert rows[-1]["symbols"] is None

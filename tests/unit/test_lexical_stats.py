@@ -12,7 +12,7 @@ import pytest
 from pipeline.lexical import LexicalShardReader, Tokenizer, build_shard_index
 from pipeline.lexical.stats import TermStats, combine, lucene_idf
 
-WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega".split()
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "lambda", "sigma", "omega"]
 
 
 def _corpus(n: int, *, seed: int, length: int = 8) -> list[str]:

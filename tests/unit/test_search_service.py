@@ -9,9 +9,9 @@ import pytest
 
 from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import InvalidQueryError
-from pipeline.store import ChunkFilter, ChunkRecord
 from pipeline.lexical.stats import TermStats
 from pipeline.settings import BoostSettings, QuerySettings, RouterSettings
+from pipeline.store import ChunkFilter, ChunkRecord
 from query.request import Mode, SearchRequest
 from query.search import SearchService
 from query.shards import LegHit
@@ -179,7 +179,7 @@ def test_every_shard_scores_with_the_zone_wide_statistics() -> None:
 def test_the_router_widens_the_fetch_for_complex_queries_and_reports_its_plan() -> None:
     shard = FakeShard(0, keyword=[], vector=[], records={})
     service = SearchService(shards=[shard], embedder=HashingEmbedder(16), settings=QuerySettings(over_fetch=2))
-    simple = service.search(SearchRequest(query="retry", zone="z", k=10))
+    service.search(SearchRequest(query="retry", zone="z", k=10))
     complex_query = ("how many trials compared aspirin versus placebo before 2010 and which of them "
                      "reported outcomes that changed after the follow-up?")
     answer = service.search(SearchRequest(query=complex_query, zone="z", k=10))
@@ -191,7 +191,7 @@ def test_the_router_widens_the_fetch_for_complex_queries_and_reports_its_plan() 
     assert off["route"]["limit_multiplier"] == 1 and shard.calls[-1][2] == 20
 
 
-def test_expansion_adds_legs_for_the_models_variants(tmp_path: object) -> None:
+def test_expansion_adds_legs_for_the_models_variants() -> None:
     import json
 
     from pipeline.settings import ExpansionSettings
@@ -233,3 +233,22 @@ def test_expansion_failure_costs_nothing_but_time() -> None:
         answer = service.search(SearchRequest(query="backoff", zone="z", k=5))
         assert answer["expansion"]["source"] == "failed" and [r["chunk_id"] for r in answer["results"]] == ["a"]
         service.close()
+
+
+def test_boosts_rerank_fused_hits_and_explain_themselves() -> None:
+    class Titled(FakeShard):
+        def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
+            titles = {"a": "Unrelated notes", "b": "Exponential backoff"}
+            return {c: ChunkRecord(c, zone, f"{c}.md", 1, 2, "some text", metadata={"title": titles[c]})
+                    for c in chunk_ids}
+
+    shard = Titled(0, keyword=[LegHit("a", 2.0), LegHit("b", 1.9)], vector=[], records={"a": "a", "b": "b"})
+    boosted = SearchService(shards=[shard], embedder=HashingEmbedder(16),
+                            settings=NEUTRAL_SETTINGS.model_copy(update={"boosts": BoostSettings()}))
+    results = boosted.search(SearchRequest(query="exponential backoff", zone="z", mode=Mode.KEYWORD))["results"]
+    assert [r["chunk_id"] for r in results] == ["b", "a"]
+    top = results[0]
+    assert top["boost"] > 1 and top["score"] == pytest.approx(top["fused_score"] * top["boost"])
+    assert any(reason.startswith("title") for reason in results[0]["boost_reasons"])
+    off = boosted.search(SearchRequest(query="exponential backoff", zone="z", mode=Mode.KEYWORD, boost=False))
+    assert [r["chunk_id"] for r in off["results"]] == ["a", "b"] and off["results"][0]["boost"] == 1.0
