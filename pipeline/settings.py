@@ -140,6 +140,9 @@ class QuerySettings(_Section):
     max_chunks_per_file: int = Field(default=3, ge=0)
     # Results ranked below this carry a snippet instead of their chunk's full text.
     full_text_top_n: int = Field(default=8, ge=0)
+    # Fused candidates hydrated and boosted per round: max(1.5 × k, rerank_depth); more rounds follow only
+    # when deleted chunks or diversification leave fewer than k.
+    rerank_depth: int = Field(default=50, ge=1)
     snippet_chars: int = Field(default=240, ge=20)
     # Defaults for requests that do not name them. RRF is best on SciFact; code search over natural-language
     # queries (CoSQA) wants the vector leg weighted up (fusion = "convex", alpha = 0.8).

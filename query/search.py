@@ -147,12 +147,10 @@ class SearchService:
         for leg in legs.values():
             for shard, h in leg.hits:
                 located.setdefault(h.chunk_id, shard)
-        records = self._hydrate([f.chunk_id for f in fused], located, request.zone)
+        present = self._hydrate_enough(fused, located, request)
         timings["hydrate"] = _ms(t)
 
         t = time.perf_counter()
-        # Chunks replaced or deleted since their BM25 generation was built do not hydrate: drop them.
-        present = [(hit, records[hit.chunk_id]) for hit in fused if hit.chunk_id in records]
         ranked = self._boost(request, present)
         timings["boost"] = _ms(t)
 
@@ -259,6 +257,26 @@ class SearchService:
             score_of=lambda pair: pair[0].score,
             settings=boosts,
         )
+
+    def _hydrate_enough(
+        self, fused: list[FusedHit], located: dict[str, int], request: SearchRequest
+    ) -> list[tuple[FusedHit, ChunkRecord]]:
+        """The best fused candidates with their chunks, in rounds of ``max(1.5·k, rerank_depth)``.
+
+        Only hydrated candidates are boosted, so the round size is also the rerank depth. Chunks replaced or
+        deleted since their BM25 generation was built do not hydrate and are dropped; another round runs
+        only when that, or the per-file cap, leaves fewer than ``k``.
+        """
+        window = max(request.k + request.k // 2, self._settings.rerank_depth)
+        present: list[tuple[FusedHit, ChunkRecord]] = []
+        for start in range(0, len(fused), window):
+            batch = fused[start : start + window]
+            records = self._hydrate([hit.chunk_id for hit in batch], located, request.zone)
+            present.extend((hit, records[hit.chunk_id]) for hit in batch if hit.chunk_id in records)
+            distinct = diversify(present, key=lambda pair: pair[1].path, max_per_key=self._max_per_file)
+            if sum(1 for _ in distinct) >= request.k:
+                break
+        return present
 
     def _hydrate(self, chunk_ids: list[str], located: dict[str, int], zone: str) -> dict[str, ChunkRecord]:
         by_shard: dict[int, list[str]] = {}

@@ -252,3 +252,21 @@ def test_boosts_rerank_fused_hits_and_explain_themselves() -> None:
     assert any(reason.startswith("title") for reason in results[0]["boost_reasons"])
     off = boosted.search(SearchRequest(query="exponential backoff", zone="z", mode=Mode.KEYWORD, boost=False))
     assert [r["chunk_id"] for r in off["results"]] == ["a", "b"] and off["results"][0]["boost"] == 1.0
+
+
+def test_hydration_fetches_one_window_unless_deleted_chunks_leave_fewer_than_k() -> None:
+    class Counting(FakeShard):
+        fetched: list[int] = []
+
+        def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
+            self.fetched.append(len(chunk_ids))
+            return super().fetch(chunk_ids, zone=zone)
+
+    ids = [f"c{i:02d}" for i in range(40)]
+    live = {c: f"{c}.py" for c in ids[6:]}  # the six best were deleted since the index was built
+    shard = Counting(0, keyword=[LegHit(c, 100.0 - i) for i, c in enumerate(ids)], vector=[], records=live)
+    settings = NEUTRAL_SETTINGS.model_copy(update={"rerank_depth": 4, "over_fetch": 10})
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(16), settings=settings)
+    results = service.search(SearchRequest(query="q", zone="z", k=2, mode=Mode.KEYWORD))["results"]
+    assert [r["chunk_id"] for r in results] == ["c06", "c07"]
+    assert shard.fetched == [4, 4]  # windows of max(1.5·k, rerank_depth) = 4, not all 20 candidates
