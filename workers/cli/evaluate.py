@@ -40,6 +40,9 @@ def register(sub: Any) -> None:
     p.add_argument("--republish", action="store_true", help="publish the corpus even if the zone holds it")
     p.add_argument("--max-queries", type=int, help="score only the first N judged queries")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for indexing")
+    p.add_argument("--tune", action="store_true",
+                   help="score hybrid fusions (rrf, convex α 0.3–0.8) on this split and print the best as a "
+                        "zone profile for the config file; tune on a dev/train split, report on test")
     p.add_argument("--json", action="store_true", help="also print one JSON object, keyed by mode, last")
     p.set_defaults(handler=run_eval)
 
@@ -57,6 +60,8 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
 
     query_ids = sorted(data.queries)[: args.max_queries] if args.max_queries else sorted(data.queries)
     client = SearchClient(settings)
+    if args.tune:
+        return _tune(data, query_ids, zone=zone, client=client, args=args, shards=settings.shards)
     # Scored and timed for real: the result cache would answer repeated runs without searching.
     options = {"fusion": args.fusion, "alpha": args.alpha, "cache": False, "boost": args.boost, "route": args.route,
                "expand": args.expand}
@@ -65,6 +70,31 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     print(_table(report, dataset=data.name, queries=len(query_ids), shards=settings.shards))
     if args.json:
         print(json.dumps(report))
+    return 0
+
+
+# What --tune tries: RRF, then the convex combination at several vector weights.
+TUNE_CANDIDATES: tuple[tuple[str, float], ...] = (
+    ("rrf", 0.5), *(("convex", alpha / 10) for alpha in range(3, 9))
+)
+
+
+def _tune(data: BeirDataset, query_ids: list[str], *, zone: str, client: SearchClient,
+          args: argparse.Namespace, shards: int) -> int:
+    report: dict[str, dict[str, Any]] = {}
+    for fusion, alpha in TUNE_CANDIDATES:
+        options = {"fusion": fusion, "alpha": alpha, "cache": False, "boost": args.boost, "route": args.route,
+                   "expand": args.expand}
+        label = fusion if fusion == "rrf" else f"{fusion}:{alpha:.1f}"
+        report[label] = _score(data, query_ids, mode=Mode.HYBRID, zone=zone, client=client, options=options)
+    best = max(report, key=lambda label: report[label]["ndcg@10"])
+    print(_table(report, dataset=f"{data.name} ({args.split}), hybrid fusions", queries=len(query_ids),
+                 shards=shards, first_column="fusion"))
+    fusion, _, alpha = best.partition(":")
+    print(f"\nbest: {best} (nDCG@10 {report[best]['ndcg@10']}). For the config file:\n")
+    print(f'[query.zone_profiles."{zone}"]\nfusion = "{fusion}"' + (f"\nalpha = {alpha}" if alpha else ""))
+    if args.json:
+        print(json.dumps({"best": best, "fusions": report}))
     return 0
 
 
@@ -123,10 +153,12 @@ def _score(
     }
 
 
-def _table(report: dict[str, dict[str, Any]], *, dataset: str, queries: int, shards: int) -> str:
+def _table(
+    report: dict[str, dict[str, Any]], *, dataset: str, queries: int, shards: int, first_column: str = "mode"
+) -> str:
     header = f"{dataset}: {queries} judged queries, {shards} shard(s); latency through the shardfuse.search RPC"
     cols = ("ndcg@10", "recall@100", "mrr@10", "latency_p50_ms", "latency_p95_ms", "server_p50_ms")
-    lines = [header, f"{'mode':<10}" + "".join(f"{c:>16}" for c in cols)]
+    lines = [header, f"{first_column:<12}" + "".join(f"{c:>16}" for c in cols)]
     for mode, row in report.items():
-        lines.append(f"{mode:<10}" + "".join(f"{row[c]:>16}" for c in cols))
+        lines.append(f"{mode:<12}" + "".join(f"{row[c]:>16}" for c in cols))
     return "\n".join(lines)

@@ -32,9 +32,9 @@ def search(
     expand: Any = None,
 ) -> dict[str, Any]:
     """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception."""
-    q = _settings.query
-    request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion or q.fusion,
-                                  alpha=q.alpha if alpha is None else alpha,
+    default_fusion, default_alpha = _settings.query.fusion_defaults(zone)
+    request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion or default_fusion,
+                                  alpha=default_alpha if alpha is None else alpha,
                                   rrf_k=rrf_k, path_prefix=path_prefix, filters=filters,
                                   boost=boost, route=route, expand=expand, max_k=_settings.query.max_k)
     searcher = self.app.shardfuse_runtime.get().searcher
