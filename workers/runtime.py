@@ -82,7 +82,8 @@ class WorkerRuntime:
 
     @property
     def embedder(self) -> Embedder:
-        return self._once("_embedder", lambda: build_embedder(self.settings.embedder))
+        settings = self.settings
+        return self._once("_embedder", lambda: build_embedder(settings.embedder, models_dir=settings.models_dir))
 
     @property
     def lexical_tokenizer(self) -> Tokenizer:

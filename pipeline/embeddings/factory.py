@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import MappingProxyType
 
 from pipeline.embeddings.base import Embedder
@@ -11,22 +12,26 @@ from pipeline.embeddings.local import LocalEmbedder
 from pipeline.errors import ConfigurationError
 from pipeline.settings import EmbedderProvider, EmbedderSettings
 
-_BUILDERS: Mapping[EmbedderProvider, Callable[[EmbedderSettings], Embedder]] = MappingProxyType(
+_BUILDERS: Mapping[EmbedderProvider, Callable[[EmbedderSettings, Path], Embedder]] = MappingProxyType(
     {
-        EmbedderProvider.LOCAL: lambda s: LocalEmbedder(s.model, batch_size=s.batch_size),
-        EmbedderProvider.HASHING: lambda s: HashingEmbedder(s.dimensions),
+        EmbedderProvider.LOCAL: lambda s, models: LocalEmbedder(
+            s.model, batch_size=s.batch_size, runtime=s.local_runtime, cache_dir=models
+        ),
+        EmbedderProvider.HASHING: lambda s, models: HashingEmbedder(s.dimensions),
     }
 )
 
 
-def build_embedder(settings: EmbedderSettings) -> Embedder:
-    """The embedder ``settings`` describe. Raises :class:`ConfigurationError` when ``settings.dimensions``
-    disagrees with what the model produces: the shards' ``vector(d)`` columns are sized from it."""
+def build_embedder(settings: EmbedderSettings, *, models_dir: Path) -> Embedder:
+    """The embedder ``settings`` describe; ``models_dir`` holds derived model files (ONNX exports).
+
+    Raises :class:`ConfigurationError` when ``settings.dimensions`` disagrees with what the model produces:
+    the shards' ``vector(d)`` columns are sized from it."""
     try:
         builder = _BUILDERS[settings.provider]
     except KeyError:
         raise ConfigurationError(f"no embedder for provider {settings.provider!r}") from None
-    embedder = builder(settings)
+    embedder = builder(settings, models_dir)
     if embedder.dimensions != settings.dimensions:
         raise ConfigurationError(
             f"embedder.dimensions is {settings.dimensions} but {embedder.name} produces "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +14,10 @@ from pipeline.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+    from pipeline.embeddings.onnx_runtime import OnnxEncoder
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _HUB_ORG = "sentence-transformers/"
@@ -27,7 +32,14 @@ class LocalEmbedder:
     (``sentence-transformers/<model>`` unless the name already has an organisation or is a local path).
     """
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        batch_size: int = 64,
+        runtime: str = "torch",
+        cache_dir: Path | None = None,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         try:
@@ -49,6 +61,12 @@ class LocalEmbedder:
         self._name = f"local:{model.removeprefix(_HUB_ORG)}"
         self._batch_size = batch_size
         self._dimensions = _model_dimensions(self._model, model)
+        self._onnx = _onnx_encoder(self._model, source=source, cache_dir=cache_dir) if runtime == "onnx" else None
+
+    @property
+    def runtime(self) -> str:
+        """``onnx`` when ONNX Runtime runs the transformer, else ``torch``."""
+        return "onnx" if self._onnx is not None else "torch"
 
     @property
     def name(self) -> str:
@@ -62,6 +80,8 @@ class LocalEmbedder:
         """One unit-length row per text, shape ``(len(texts), dimensions)``."""
         if not texts:
             return np.empty((0, self._dimensions), dtype=np.float32)
+        if self._onnx is not None:
+            return self._onnx.encode(texts, batch_size=self._batch_size).reshape(len(texts), self._dimensions)
         vectors = self._model.encode(
             list(texts),
             batch_size=self._batch_size,
@@ -74,6 +94,21 @@ class LocalEmbedder:
     def embed_query(self, text: str) -> Vectors:
         """The unit-length vector of ``text``, shape ``(dimensions,)``."""
         return self.embed_documents([text]).reshape(self._dimensions)
+
+
+def _onnx_encoder(model: SentenceTransformer, *, source: str, cache_dir: Path | None) -> OnnxEncoder | None:
+    """The ONNX Runtime encoder, or None (torch) when onnxruntime/onnx are missing or the model is unusual."""
+    from pipeline.embeddings.onnx_runtime import OnnxEncoder, UnsupportedModelError
+
+    if cache_dir is None:
+        raise ValueError("the onnx runtime needs a cache_dir for the exported graph")
+    try:
+        return OnnxEncoder(model, source=source, cache_dir=cache_dir)
+    except ImportError as exc:
+        log.warning("embedder.local_runtime = onnx but %s is not installed; running the model with torch", exc.name)
+    except UnsupportedModelError as exc:
+        log.warning("cannot run this model through ONNX Runtime (%s); running it with torch", exc)
+    return None
 
 
 def _model_source(model: str) -> str:

@@ -106,7 +106,8 @@ def test_hashing_rejects_non_positive_dimensions() -> None:
 
 
 def test_build_hashing_embedder() -> None:
-    embedder = build_embedder(EmbedderSettings(provider=EmbedderProvider.HASHING, dimensions=48))
+    embedder = build_embedder(EmbedderSettings(provider=EmbedderProvider.HASHING, dimensions=48),
+                              models_dir=Path("/nonexistent"))
     assert isinstance(embedder, HashingEmbedder)
     assert embedder.dimensions == 48
 
@@ -181,9 +182,49 @@ def test_missing_sentence_transformers_says_what_to_install(monkeypatch: pytest.
         LocalEmbedder()
 
 
-def test_build_local_embedder_checks_dimensions() -> None:
+def test_build_local_embedder_checks_dimensions(tmp_path: Path) -> None:
     pytest.importorskip("sentence_transformers")
-    embedder = build_embedder(EmbedderSettings(provider=EmbedderProvider.LOCAL, dimensions=384))
+    settings = EmbedderSettings(provider=EmbedderProvider.LOCAL, dimensions=384, local_runtime="torch")
+    embedder = build_embedder(settings, models_dir=tmp_path)
     assert embedder.dimensions == 384
     with pytest.raises(ConfigurationError, match="produces 384-dimensional vectors"):
-        build_embedder(EmbedderSettings(provider=EmbedderProvider.LOCAL, dimensions=768))
+        build_embedder(settings.model_copy(update={"dimensions": 768}), models_dir=tmp_path)
+
+
+# -- local through ONNX Runtime ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def onnx_local(tmp_path_factory: pytest.TempPathFactory) -> LocalEmbedder:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("onnxruntime")
+    return LocalEmbedder(runtime="onnx", cache_dir=tmp_path_factory.mktemp("models"))
+
+
+def test_onnx_runtime_gives_the_same_vectors_as_torch(local: LocalEmbedder, onnx_local: LocalEmbedder) -> None:
+    assert (onnx_local.runtime, local.runtime) == ("onnx", "torch")
+    texts = ["a short query", "a much longer document " * 40, "", "naïve café ünïcode"]
+    np.testing.assert_allclose(onnx_local.embed_documents(texts), local.embed_documents(texts), atol=1e-5)
+    np.testing.assert_allclose(onnx_local.embed_query("reset a password"), local.embed_query("reset a password"),
+                               atol=1e-5)
+    assert_unit_rows(onnx_local.embed_documents(texts), 4, 384)
+
+
+def test_onnx_export_happens_once_and_is_reused(tmp_path: Path, onnx_local: LocalEmbedder) -> None:
+    first = LocalEmbedder(runtime="onnx", cache_dir=tmp_path)
+    exported = sorted(tmp_path.glob("*.onnx"))
+    assert len(exported) == 1 and not list(tmp_path.glob("*.tmp"))
+    stamp = exported[0].stat().st_mtime_ns
+    second = LocalEmbedder(runtime="onnx", cache_dir=tmp_path)
+    assert exported[0].stat().st_mtime_ns == stamp  # loaded, not exported again
+    np.testing.assert_array_equal(first.embed_query("same"), second.embed_query("same"))
+
+
+def test_onnx_runtime_falls_back_to_torch_without_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("sentence_transformers")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    embedder = LocalEmbedder(runtime="onnx", cache_dir=tmp_path)
+    assert embedder.runtime == "torch" and "running the model with torch" in caplog.text
+    assert embedder.embed_query("still works").shape == (384,)
