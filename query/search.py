@@ -19,14 +19,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from pipeline.embeddings import Embedder
-from pipeline.lexical.stats import TermStats, combine
+from pipeline.lexical.stats import combine
 from pipeline.settings import QuerySettings
 from pipeline.store import ChunkRecord
 from query.boosts import NO_BOOST, Boost, Candidate, prepare_query, rerank
@@ -70,11 +70,16 @@ class SearchService:
         # Per shard, a counter every committed write bumps: part of the cache key.
         self._write_versions = write_versions
         self._expander = expander
-        # Two legs per shard run at once; the pool lives as long as the service (one per worker process).
+        # Shard-level work (one leg or fetch on one shard; never waits on another future) runs on ``_pool``,
+        # two legs per shard at once. A whole keyword leg (statistics, then every shard's search, then the
+        # merge) waits on shard work, so it runs on ``_phases``: waiting on the pool it feeds could deadlock.
+        # Both live as long as the service (one per worker process).
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self._shards)), thread_name_prefix="shard")
+        self._phases = ThreadPoolExecutor(max_workers=2, thread_name_prefix="leg")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._phases.shutdown(wait=False, cancel_futures=True)
         if self._expander is not None:
             self._expander.close()
 
@@ -104,19 +109,17 @@ class SearchService:
         plan = route(request.query) if _on(request.route, settings.router.enabled) else NEUTRAL
         limit = math.ceil(request.k * settings.over_fetch * plan.limit_multiplier)
 
-        # The zone's term statistics are gathered while the query is embedded.
-        stats = self._gather_stats(request.query, request.zone) if request.mode.uses_keyword else None
-        embedding: npt.NDArray[np.float32] | None = None
+        # The whole keyword leg runs while the query is embedded.
+        keyword = (self._phases.submit(self._keyword_leg, request.query, request, limit)
+                   if request.mode.uses_keyword else None)
+        legs: dict[str, _Leg] = {}
         if request.mode.uses_vector:
             t = time.perf_counter()
             embedding = self._embedder.embed_query(request.query)
             timings["embed"] = _ms(t)
-        pending: dict[str, list[tuple[int, Future[tuple[list[LegHit], float]]]]] = {}
-        if stats is not None:
-            pending[KEYWORD] = self._submit_keyword(request.query, request, limit, stats)
-        if embedding is not None:
-            pending[VECTOR] = self._submit_vector(embedding, request, limit)
-        legs = {name: _merge(futures, limit) for name, futures in pending.items()}
+            legs[VECTOR] = _merge(self._submit_vector(embedding, request, limit), limit)
+        if keyword is not None:
+            legs[KEYWORD] = keyword.result()
         for name, leg in legs.items():
             timings[name] = leg.ms
 
@@ -207,19 +210,19 @@ class SearchService:
             answer["expansion"] = expansion_info
         return answer
 
-    def _gather_stats(self, query: str, zone: str) -> Future[TermStats]:
-        """Start collecting every shard's share of the zone's statistics; the future sums them."""
-        parts = [self._pool.submit(shard.keyword_stats, query, zone=zone) for shard in self._shards]
-        return self._pool.submit(lambda: combine(part.result() for part in parts))
+    def _keyword_leg(self, query: str, request: SearchRequest, limit: int) -> _Leg:
+        """Every shard's share of the zone's statistics, summed; then every shard's search with them, merged.
 
-    def _submit_keyword(
-        self, query: str, request: SearchRequest, limit: int, stats: Future[TermStats]
-    ) -> list[tuple[int, Future[tuple[list[LegHit], float]]]]:
-        zone_stats = stats.result()
-        return [
-            (shard.shard, self._pool.submit(_timed, shard.keyword, query, request, limit, stats=zone_stats))
+        ``ms`` covers the whole leg, statistics included.
+        """
+        t = time.perf_counter()
+        parts = [self._pool.submit(shard.keyword_stats, query, zone=request.zone) for shard in self._shards]
+        stats = combine(part.result() for part in parts)
+        searches = [
+            (shard.shard, self._pool.submit(_timed, shard.keyword, query, request, limit, stats=stats))
             for shard in self._shards
         ]
+        return replace(_merge(searches, limit), ms=_ms(t))
 
     def _submit_vector(
         self, embedding: npt.NDArray[np.float32], request: SearchRequest, limit: int
@@ -229,11 +232,11 @@ class SearchService:
 
     def _expansion_legs(self, expansion: Expansion, request: SearchRequest, limit: int) -> dict[str, _Leg]:
         """One extra keyword leg per lexical variant and one extra vector leg per question or passage."""
+        keyword = {
+            f"{KEYWORD}+{i}": self._phases.submit(self._keyword_leg, variant, request, limit)
+            for i, variant in enumerate(expansion.lexical if request.mode.uses_keyword else (), start=1)
+        }
         pending: dict[str, list[tuple[int, Future[tuple[list[LegHit], float]]]]] = {}
-        if request.mode.uses_keyword:
-            for i, variant in enumerate(expansion.lexical, start=1):
-                stats = self._gather_stats(variant, request.zone)
-                pending[f"{KEYWORD}+{i}"] = self._submit_keyword(variant, request, limit, stats)
         if request.mode.uses_vector:
             # Questions are embedded as queries; the hypothetical passage as the documents it imitates.
             embeddings = [self._embedder.embed_query(question) for question in expansion.questions]
@@ -242,7 +245,8 @@ class SearchService:
             for i, embedding in enumerate(embeddings, start=1):
                 pending[f"{VECTOR}+{i}"] = self._submit_vector(np.asarray(embedding, dtype=np.float32), request,
                                                                limit)
-        return {name: _merge(futures, limit) for name, futures in pending.items()}
+        legs = {name: _merge(futures, limit) for name, futures in pending.items()}
+        return {**{name: future.result() for name, future in keyword.items()}, **legs}
 
     def _boost(
         self, request: SearchRequest, present: list[tuple[FusedHit, ChunkRecord]]
