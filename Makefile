@@ -47,7 +47,7 @@ test: install
 
 bench: install
 	@if ls tests/benchmarks/bench_*.py >/dev/null 2>&1; then \
-		$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider; \
+		$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider -o python_files='bench_*.py'; \
 	else echo "no benchmarks yet: tests/benchmarks/bench_*.py arrive with the performance work"; fi
 
 lint: install

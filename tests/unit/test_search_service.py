@@ -270,3 +270,11 @@ def test_hydration_fetches_one_window_unless_deleted_chunks_leave_fewer_than_k()
     results = service.search(SearchRequest(query="q", zone="z", k=2, mode=Mode.KEYWORD))["results"]
     assert [r["chunk_id"] for r in results] == ["c06", "c07"]
     assert shard.fetched == [4, 4]  # windows of max(1.5·k, rerank_depth) = 4, not all 20 candidates
+
+
+def test_stage_switches_are_booleans_or_null() -> None:
+    request = SearchRequest.parse(query="q", zone="z", boost=False, route=None, expand=True)
+    assert (request.boost, request.route, request.expand) == (False, None, True)
+    for name in ("boost", "route", "expand"):
+        with pytest.raises(InvalidQueryError, match=name):
+            SearchRequest.parse(query="q", zone="z", **{name: "yes"})

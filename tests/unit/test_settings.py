@@ -68,3 +68,18 @@ def test_relative_paths_live_under_the_data_dir(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("SHARDFUSE_SHARDS", "2")
     monkeypatch.setenv("SHARDFUSE_POSTGRES__SHARD_DSNS", '["postgresql://a/x", "postgresql://b/y"]')
     assert load_settings().shard_dsn(1) == "postgresql://b/y"
+
+
+def test_zone_profiles_override_fusion_defaults_per_zone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "profiles.toml"
+    config.write_text('[query.zone_profiles."code"]\nfusion = "convex"\nalpha = 0.8\n'
+                      '[query.zone_profiles."docs"]\nalpha = 0.3\n')
+    monkeypatch.setenv("SHARDFUSE_CONFIG", str(config))
+    query = load_settings().query
+    assert query.fusion_defaults("code") == ("convex", 0.8)
+    assert query.fusion_defaults("docs") == (query.fusion, 0.3)  # only what the profile names
+    assert query.fusion_defaults("other") == (query.fusion, query.alpha)
+    assert query.fusion_defaults(None) == (query.fusion, query.alpha)  # a bad zone is rejected later
+    config.write_text('[query.zone_profiles."code"]\nfusion = "borda"\n')
+    with pytest.raises(ConfigurationError):
+        load_settings()
