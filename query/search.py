@@ -75,7 +75,8 @@ class SearchService:
         # merge) waits on shard work, so it runs on ``_phases``: waiting on the pool it feeds could deadlock.
         # Both live as long as the service (one per worker process).
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self._shards)), thread_name_prefix="shard")
-        self._phases = ThreadPoolExecutor(max_workers=2, thread_name_prefix="leg")
+        # Sized for several concurrent requests (the query pool runs threads): a leg only waits, never computes.
+        self._phases = ThreadPoolExecutor(max_workers=8, thread_name_prefix="leg")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
