@@ -69,6 +69,8 @@ class ChunkingSettings(_Section):
 class EmbedderProvider(enum.StrEnum):
     LOCAL = "local"
     HASHING = "hashing"
+    OPENAI = "openai"
+    VOYAGE = "voyage"
 
 
 class EmbedderSettings(_Section):
@@ -81,6 +83,25 @@ class EmbedderSettings(_Section):
     # How the local model runs: "onnx" (ONNX Runtime, graph exported once under <data_dir>/models; about 3×
     # faster per query on CPU, same vectors) or "torch". Without onnxruntime installed, onnx falls back to torch.
     local_runtime: Literal["onnx", "torch"] = "onnx"
+    # Remote providers (openai, voyage). The key comes from SHARDFUSE_EMBEDDER__API_KEY; base_url points the
+    # SDK at any compatible server (empty: the provider's own).
+    api_key: SecretStr = SecretStr("")
+    base_url: str = ""
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    # What happens to one input longer than the provider's per-input token limit: "truncate" keeps its
+    # first tokens, "split" embeds the pieces and averages them. Either way it is counted and reported.
+    oversize_input: Literal["truncate", "split"] = "truncate"
+    # Backpressure: requests in flight per process, and across every embed worker (Redis-backed, per
+    # provider and model); 0 per-minute limits mean none. Concurrency adapts (AIMD) below the global cap.
+    max_concurrent: int = Field(default=4, ge=1)
+    global_max_concurrent: int = Field(default=16, ge=1)
+    requests_per_minute: int = Field(default=0, ge=0)
+    tokens_per_minute: int = Field(default=0, ge=0)
+    # Transient failures (429, 5xx, timeouts, resets) are retried with exponential jitter for at most this long.
+    max_retry_s: float = Field(default=120.0, gt=0)
+    # Query embeddings: a per-process LRU of this many entries, backed by Redis for this long (0: no Redis).
+    query_cache_entries: int = Field(default=4096, ge=0)
+    query_cache_ttl_s: int = Field(default=86400, ge=0)
 
 
 class Bm25Settings(_Section):
