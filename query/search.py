@@ -58,12 +58,16 @@ class SearchService:
         shards: Sequence[ShardSearcher],
         embedder: Embedder,
         settings: QuerySettings,
+        cached_embedder: Embedder | None = None,
         cache: ResultCache | None = None,
         write_versions: Callable[[], Sequence[int]] | None = None,
         expander: QueryExpander | None = None,
     ) -> None:
         self._shards = list(shards)
         self._embedder = embedder
+        # The same model behind a query-embedding cache; ``use_cache=False`` searches go around it so their
+        # timings include the model, as a first-time query's would.
+        self._cached_embedder = cached_embedder or embedder
         self._settings = settings
         self._max_per_file = settings.max_chunks_per_file or None
         self._cache = cache
@@ -86,8 +90,10 @@ class SearchService:
 
     def search(self, request: SearchRequest, *, use_cache: bool = True) -> dict[str, Any]:
         """Answer ``request``, from the result cache when the shards have not changed since."""
-        if not use_cache or self._cache is None or self._write_versions is None:
-            return self._search(request)
+        if not use_cache:
+            return self._search(request, embedder=self._embedder)
+        if self._cache is None or self._write_versions is None:
+            return self._search(request, embedder=self._cached_embedder)
         started = time.perf_counter()
         versions = self._write_versions()
         generations = [shard.current_generation() for shard in self._shards]
@@ -98,12 +104,12 @@ class SearchService:
             cached["cache"] = "hit"
             cached["timings_ms"] = {"total": round(_ms(started), 3), "computed": cached["timings_ms"]}
             return cached
-        answer = self._search(request)
+        answer = self._search(request, embedder=self._cached_embedder)
         self._cache.put(key, answer)
         answer["cache"] = "miss"
         return answer
 
-    def _search(self, request: SearchRequest) -> dict[str, Any]:
+    def _search(self, request: SearchRequest, *, embedder: Embedder) -> dict[str, Any]:
         started = time.perf_counter()
         settings = self._settings
         timings: dict[str, float] = {}
@@ -116,7 +122,7 @@ class SearchService:
         legs: dict[str, _Leg] = {}
         if request.mode.uses_vector:
             t = time.perf_counter()
-            embedding = self._embedder.embed_query(request.query)
+            embedding = embedder.embed_query(request.query)
             timings["embed"] = _ms(t)
             legs[VECTOR] = _merge(self._submit_vector(embedding, request, limit), limit)
         if keyword is not None:

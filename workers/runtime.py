@@ -19,6 +19,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from pipeline.batching import EmbedBatcher
 from pipeline.cas import LocalContentStore
 from pipeline.embeddings import Embedder, build_embedder
+from pipeline.embeddings.query_cache import CachedQueryEmbedder
 from pipeline.freshness import Bm25Freshness
 from pipeline.lexical import LexicalShardReader, Tokenizer
 from pipeline.settings import Settings
@@ -124,6 +125,9 @@ class WorkerRuntime:
             return SearchService(
                 shards=shards,
                 embedder=self.embedder,
+                # Repeated queries skip the model: a per-process LRU, then Redis shared by every query worker.
+                cached_embedder=CachedQueryEmbedder.from_settings(self.embedder, self.settings.embedder,
+                                                                  redis=self.redis),
                 settings=q,
                 cache=RedisResultCache(self.redis, ttl_s=q.result_cache_ttl_s) if q.result_cache_ttl_s else None,
                 write_versions=lambda: self.freshness.dirty_versions(self.settings.shards),

@@ -2,16 +2,21 @@
 
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
 from pipeline.store.connections import open_pool
+from pipeline.store.embedding_cache import CacheStats, ChunkEmbeddingCache, EmbeddingCache, MemoryEmbeddingCache
 from pipeline.store.filters import ChunkFilter
 from pipeline.store.pools import ShardPools
 from pipeline.store.shard_store import ChunkRecord, ShardStore, VectorHit
 
 __all__ = [
     "ApplyOutcome",
+    "CacheStats",
+    "ChunkEmbeddingCache",
     "ChunkFilter",
     "ChunkRecord",
     "DocStatus",
     "DocumentChange",
+    "EmbeddingCache",
+    "MemoryEmbeddingCache",
     "ShardPools",
     "ShardStore",
     "VectorHit",

@@ -75,6 +75,17 @@ CREATE TABLE IF NOT EXISTS {schema}.deadletters (
     first_failed  timestamptz NOT NULL DEFAULT now(),
     last_failed   timestamptz NOT NULL DEFAULT now()
 );
+-- Chunk embeddings by content, shared by every shard (pipeline/store/embedding_cache.py). The vector has no
+-- fixed dimension so that several models coexist; dimensions is part of the key instead.
+CREATE TABLE IF NOT EXISTS {schema}.embedding_cache (
+    provider    text        NOT NULL,
+    model       text        NOT NULL,
+    dimensions  integer     NOT NULL,
+    chunk_hash  text        NOT NULL,
+    embedding   vector      NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (provider, model, dimensions, chunk_hash)
+);
 """
 
 
@@ -106,7 +117,7 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
 
 
 def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:
-    """Create the shared tables (dead letters) if missing."""
+    """Create the shared tables (dead letters, the embedding cache) if missing."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
         conn.execute(sql.SQL(_SHARED_DDL).format(schema=sql.Identifier(SHARED_SCHEMA)))

@@ -278,3 +278,25 @@ def test_stage_switches_are_booleans_or_null() -> None:
     for name in ("boost", "route", "expand"):
         with pytest.raises(InvalidQueryError, match=name):
             SearchRequest.parse(query="q", zone="z", **{name: "yes"})
+
+
+def test_uncached_searches_go_around_the_query_embedding_cache() -> None:
+    from pipeline.embeddings.query_cache import CachedQueryEmbedder
+
+    class Counting(HashingEmbedder):
+        calls = 0
+
+        def embed_query(self, text: str) -> np.ndarray:
+            Counting.calls += 1
+            return super().embed_query(text)
+
+    model = Counting(16)
+    shard = FakeShard(0, keyword=[], vector=[LegHit("a", 0.5)], records={"a": "a.py"})
+    service = SearchService(shards=[shard], embedder=model, settings=NEUTRAL_SETTINGS,
+                            cached_embedder=CachedQueryEmbedder(model, entries=8))
+    request = SearchRequest(query="same query", zone="z", mode=Mode.SEMANTIC)
+    service.search(request)
+    service.search(request)
+    assert Counting.calls == 1  # the second search found the embedding in the LRU
+    service.search(request, use_cache=False)
+    assert Counting.calls == 2  # eval's timed searches always pay for the model
