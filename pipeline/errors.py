@@ -11,6 +11,8 @@ do from the family alone:
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ShardfuseError(Exception):
     """Base of every error raised by shardfuse code."""
@@ -46,3 +48,41 @@ class EmbeddingProviderError(TransientError):
 
 class InvalidQueryError(PermanentError):
     """A search request is malformed (empty query, bad k, unknown mode)."""
+
+
+class RateLimitedError(EmbeddingProviderError):
+    """The embedding provider answered 429: slow down, and wait at least ``retry_after_s`` when it is known.
+
+    ``retry_after_s`` comes from the response's ``Retry-After`` (seconds or an HTTP date) or
+    ``retry-after-ms`` header; None when the provider named no wait.
+    """
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Celery pickles exceptions across processes; the default reduce would drop the keyword argument.
+        return _rebuild_rate_limited, (str(self), self.retry_after_s)
+
+
+class EmbeddingRequestError(PermanentError):
+    """The embedding provider rejected the request itself (bad key, unknown model, invalid input).
+
+    ``status`` is the HTTP status when there was one; the message says what a person should change.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild_request_error, (str(self), self.status)
+
+
+def _rebuild_rate_limited(message: str, retry_after_s: float | None) -> RateLimitedError:
+    return RateLimitedError(message, retry_after_s=retry_after_s)
+
+
+def _rebuild_request_error(message: str, status: int | None) -> EmbeddingRequestError:
+    return EmbeddingRequestError(message, status=status)

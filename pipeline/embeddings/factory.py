@@ -9,6 +9,8 @@ from types import MappingProxyType
 from pipeline.embeddings.base import Embedder
 from pipeline.embeddings.hashing import HashingEmbedder
 from pipeline.embeddings.local import LocalEmbedder
+from pipeline.embeddings.openai_embedder import OpenAIEmbedder
+from pipeline.embeddings.voyage_embedder import VoyageEmbedder
 from pipeline.errors import ConfigurationError
 from pipeline.settings import EmbedderProvider, EmbedderSettings
 
@@ -18,6 +20,21 @@ _BUILDERS: Mapping[EmbedderProvider, Callable[[EmbedderSettings, Path], Embedder
             s.model, batch_size=s.batch_size, runtime=s.local_runtime, cache_dir=models
         ),
         EmbedderProvider.HASHING: lambda s, models: HashingEmbedder(s.dimensions),
+        # Remote providers are asked for settings.dimensions (models with a fixed size refuse any other).
+        EmbedderProvider.OPENAI: lambda s, models: OpenAIEmbedder(
+            s.model,
+            api_key=s.api_key.get_secret_value(),
+            base_url=s.base_url,
+            dimensions=s.dimensions,
+            timeout_s=s.request_timeout_s,
+        ),
+        EmbedderProvider.VOYAGE: lambda s, models: VoyageEmbedder(
+            s.model,
+            api_key=s.api_key.get_secret_value(),
+            base_url=s.base_url,
+            timeout_s=s.request_timeout_s,
+            dimensions=s.dimensions,
+        ),
     }
 )
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import SecretStr
 
-from pipeline.embeddings import Embedder, HashingEmbedder, LocalEmbedder, build_embedder
+from pipeline.embeddings import Embedder, HashingEmbedder, LocalEmbedder, OpenAIEmbedder, VoyageEmbedder, build_embedder
 from pipeline.embeddings.local import _model_source
 from pipeline.errors import ConfigurationError
 from pipeline.settings import EmbedderProvider, EmbedderSettings
@@ -116,6 +117,47 @@ def test_every_provider_has_a_builder() -> None:
     from pipeline.embeddings.factory import _BUILDERS
 
     assert set(_BUILDERS) == set(EmbedderProvider)
+
+
+@pytest.mark.parametrize(
+    ("provider", "model", "dimensions", "cls"),
+    [
+        (EmbedderProvider.OPENAI, "text-embedding-3-small", 256, OpenAIEmbedder),
+        (EmbedderProvider.OPENAI, "text-embedding-ada-002", 1536, OpenAIEmbedder),
+        (EmbedderProvider.VOYAGE, "voyage-3-lite", 512, VoyageEmbedder),
+        (EmbedderProvider.VOYAGE, "voyage-3.5", 2048, VoyageEmbedder),
+    ],
+)
+def test_build_remote_embedders(provider: EmbedderProvider, model: str, dimensions: int, cls: type) -> None:
+    # Construction sends nothing: no server is needed to build one.
+    settings = EmbedderSettings(provider=provider, model=model, dimensions=dimensions, api_key=SecretStr("sk-x"),
+                                base_url="http://127.0.0.1:9/v1", request_timeout_s=3.0)
+    embedder = build_embedder(settings, models_dir=Path("/nonexistent"))
+    assert isinstance(embedder, cls)
+    assert embedder.dimensions == dimensions and embedder.name == f"{provider.value}:{model}:{dimensions}"
+
+
+@pytest.mark.parametrize(
+    ("provider", "model", "dimensions", "message"),
+    [
+        (EmbedderProvider.OPENAI, "text-embedding-ada-002", 384, "set embedder.dimensions = 1536"),
+        (EmbedderProvider.VOYAGE, "voyage-3", 384, "produces 1024-dimensional"),
+    ],
+)
+def test_build_remote_embedder_checks_dimensions(
+    provider: EmbedderProvider, model: str, dimensions: int, message: str
+) -> None:
+    settings = EmbedderSettings(provider=provider, model=model, dimensions=dimensions, api_key=SecretStr("sk-x"))
+    with pytest.raises(ConfigurationError, match=message):
+        build_embedder(settings, models_dir=Path("/nonexistent"))
+
+
+@pytest.mark.parametrize("provider", [EmbedderProvider.OPENAI, EmbedderProvider.VOYAGE])
+def test_build_remote_embedder_needs_a_key(provider: EmbedderProvider) -> None:
+    model = "text-embedding-3-small" if provider is EmbedderProvider.OPENAI else "voyage-3"
+    settings = EmbedderSettings(provider=provider, model=model, dimensions=1024 if provider.value == "voyage" else 1536)
+    with pytest.raises(ConfigurationError, match="SHARDFUSE_EMBEDDER__API_KEY"):
+        build_embedder(settings, models_dir=Path("/nonexistent"))
 
 
 # -- local (sentence-transformers) ------------------------------------------------------------------

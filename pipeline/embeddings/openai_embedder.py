@@ -1,0 +1,160 @@
+"""OpenAI's embeddings API (or any server speaking it, through ``base_url``), via the ``openai`` SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.embeddings.base import Vectors, error_for_status, rows_by_index
+from pipeline.embeddings.limits import OPENAI_LIMITS, ProviderLimits, TiktokenCounter, check_request, openai_counter
+from pipeline.embeddings.limits import retry_after_s as parse_retry_after
+from pipeline.errors import ConfigurationError, EmbeddingProviderError, ShardfuseError
+
+if TYPE_CHECKING:
+    import openai
+    from openai.types import CreateEmbeddingResponse
+
+# Native sizes. text-embedding-3-* can return fewer dimensions (the API's ``dimensions``); ada-002 cannot.
+NATIVE_DIMENSIONS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
+_SHORTENABLE_PREFIX = "text-embedding-3-"
+
+
+class OpenAIEmbedder:
+    """Embeds through ``client.embeddings.create``: one request per call, no retries.
+
+    The SDK's own retries are off (``max_retries=0``): backoff, concurrency and rate limits belong to the
+    caller's backpressure layer, which needs to see every 429 as it happens. SDK exceptions are translated
+    here into :class:`RateLimitedError`, :class:`EmbeddingProviderError` (transient) or
+    :class:`EmbeddingRequestError` (permanent).
+
+    ``dimensions`` defaults to the model's native size; a smaller size is requested from the API for
+    text-embedding-3-* models. An unknown model (an OpenAI-compatible server) needs ``dimensions`` and is
+    checked against the first response instead.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str = "",
+        base_url: str = "",
+        dimensions: int | None = None,
+        timeout_s: float = 30.0,
+        client: openai.OpenAI | None = None,
+    ) -> None:
+        self._model = model
+        self._dimensions = _checked_dimensions(model, dimensions)
+        # Only text-embedding-3-* accept the parameter; others answer 400 even for their native size.
+        self._send_dimensions = model.startswith(_SHORTENABLE_PREFIX)
+        self._limits = OPENAI_LIMITS
+        self._counter = openai_counter(model)
+        self._client = client if client is not None else _make_client(api_key, base_url, timeout_s)
+        self._source = f"OpenAI embeddings ({model})"
+
+    @property
+    def name(self) -> str:
+        # Shortened text-embedding-3 vectors are a different space from the full ones.
+        return f"openai:{self._model}:{self._dimensions}"
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    @property
+    def limits(self) -> ProviderLimits:
+        return self._limits
+
+    @property
+    def counter(self) -> TiktokenCounter:
+        return self._counter
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """One unit row per text, in input order. Raises ValueError when ``texts`` exceed :attr:`limits`."""
+        if not texts:
+            return np.empty((0, self._dimensions), dtype=np.float32)
+        check_request(texts, self._counter, self._limits, source=self._source)
+        response = self._call(self._prepare_input(texts))
+        return self._prepare_output(response, len(texts))
+
+    def embed_query(self, text: str) -> Vectors:
+        """The unit vector of ``text``, shape ``(dimensions,)`` (OpenAI embeds queries like documents)."""
+        return self.embed_documents([text]).reshape(self._dimensions)
+
+    # -- prepare → call → parse ------------------------------------------------------------------------
+    def _prepare_input(self, texts: Sequence[str]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            # The API rejects empty strings; a lone space embeds "nothing" without failing the whole batch.
+            "input": [text or " " for text in texts],
+            "encoding_format": "float",
+        }
+        if self._send_dimensions:
+            kwargs["dimensions"] = self._dimensions
+        return kwargs
+
+    def _call(self, kwargs: dict[str, Any]) -> CreateEmbeddingResponse:
+        import openai
+
+        try:
+            return self._client.embeddings.create(**kwargs)
+        except openai.OpenAIError as exc:
+            raise _translate(exc, self._source) from exc
+
+    def _prepare_output(self, response: CreateEmbeddingResponse, count: int) -> Vectors:
+        try:
+            items = [(item.index, item.embedding) for item in response.data]
+        except (AttributeError, TypeError) as exc:
+            raise EmbeddingProviderError(f"{self._source} returned a malformed response: {exc}") from exc
+        return rows_by_index(items, count, dimensions=self._dimensions, source=self._source)
+
+
+def _make_client(api_key: str, base_url: str, timeout_s: float) -> openai.OpenAI:
+    import openai
+
+    if not api_key:
+        raise ConfigurationError(
+            "the openai embedder needs an API key: set SHARDFUSE_EMBEDDER__API_KEY (any non-empty value for a "
+            "compatible server that ignores keys)"
+        )
+    return openai.OpenAI(api_key=api_key, base_url=base_url or None, timeout=timeout_s, max_retries=0)
+
+
+def _checked_dimensions(model: str, dimensions: int | None) -> int:
+    native = NATIVE_DIMENSIONS.get(model)
+    if dimensions is None:
+        if native is None:
+            raise ConfigurationError(
+                f"unknown OpenAI embedding model {model!r}: set embedder.dimensions to the size it produces"
+            )
+        return native
+    if dimensions < 1:
+        raise ConfigurationError(f"embedder.dimensions must be positive, got {dimensions}")
+    if native is not None and dimensions != native:
+        if not model.startswith(_SHORTENABLE_PREFIX):
+            raise ConfigurationError(
+                f"{model} only produces {native}-dimensional vectors; set embedder.dimensions = {native}"
+            )
+        if dimensions > native:
+            raise ConfigurationError(
+                f"{model} produces at most {native} dimensions; set embedder.dimensions to {native} or fewer"
+            )
+    return dimensions
+
+
+def _translate(exc: Exception, source: str) -> ShardfuseError:
+    """Our exception for an SDK exception (the SDK made exactly one attempt)."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return EmbeddingProviderError(f"{source} timed out: {exc}")
+    if isinstance(exc, openai.APIConnectionError):
+        return EmbeddingProviderError(f"{source} could not be reached: {exc}")
+    if isinstance(exc, openai.APIStatusError):
+        headers = exc.response.headers
+        return error_for_status(
+            exc.status_code, exc.message, source=source, retry_after=parse_retry_after(dict(headers.items()))
+        )
+    # A body that is not an embeddings response (a proxy's error page, say), or any other SDK failure.
+    return EmbeddingProviderError(f"{source} failed: {exc}")
