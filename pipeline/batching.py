@@ -2,9 +2,11 @@
 
 Embed tasks run concurrently in one worker process (a thread pool). Each submits its document here and
 waits; a single flusher thread gathers the chunks of every document submitted within ``max_wait_s`` (up
-to ``max_chunks``), embeds them together in provider requests of ``request_size`` inputs, then writes each
-shard's documents in one transaction. A task acknowledges its message only after its own document's
-transaction has committed, so batching never weakens at-least-once delivery.
+to ``max_chunks``), has the :class:`~pipeline.embeddings.stage.EmbeddingStage` embed their distinct texts
+together (cache first, then packed provider requests under backpressure), then writes each shard's
+documents in one transaction. A document whose chunks' request failed for good fails alone; the rest of
+the flush commits. A task acknowledges its message only after its own document's transaction has
+committed, so batching never weakens at-least-once delivery.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.embeddings import Embedder
+from pipeline.embeddings.stage import EmbeddingStage, StageStats, unique_texts
 from pipeline.errors import EmbeddingProviderError, ShardfuseError
 from pipeline.models import PreparedDocument
 from pipeline.store import ApplyOutcome, DocStatus, DocumentChange, ShardStore
@@ -39,10 +41,13 @@ class BatchStats:
     """What one flush did: how many documents shared how many provider requests."""
 
     documents: int
-    chunks: int
-    requests: int
-    embed_ms: float
+    failed_documents: int
+    embedding: StageStats
     write_ms: float
+
+    @property
+    def requests(self) -> int:
+        return self.embedding.requests
 
 
 class EmbedBatcher:
@@ -51,17 +56,15 @@ class EmbedBatcher:
     def __init__(
         self,
         *,
-        embedder: Embedder,
+        stage: EmbeddingStage,
         stores: Sequence[ShardStore],
         max_chunks: int,
         max_wait_s: float,
-        request_size: int,
     ) -> None:
-        self._embedder = embedder
+        self._stage = stage
         self._stores = stores
         self._max_chunks = max_chunks
         self._max_wait_s = max_wait_s
-        self._request_size = request_size
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="embed-batcher", daemon=True)
@@ -82,6 +85,7 @@ class EmbedBatcher:
     def close(self) -> None:
         self._closed.set()
         self._thread.join(timeout=5)
+        self._stage.close()
 
     def _run(self) -> None:
         while not self._closed.is_set():
@@ -105,29 +109,35 @@ class EmbedBatcher:
             self._flush(batch)
 
     def _flush(self, batch: list[_Pending]) -> None:
-        started = time.perf_counter()
-        texts = [chunk.text for p in batch for chunk in p.document.chunks]
+        chunks = [chunk for p in batch for chunk in p.document.chunks]
         try:
-            vectors, requests = self._embed(texts)
-        except Exception as exc:  # every waiter must hear about it, whatever it is
+            result = self._stage.embed(unique_texts((c.chunk_hash, c.text) for c in chunks), chunks=len(chunks))
+        except Exception as exc:  # every waiter must hear about it, whatever it is (e.g. the cache is down)
             error = exc if isinstance(exc, ShardfuseError) else EmbeddingProviderError(f"embedding failed: {exc!r}")
             for p in batch:
                 p.future.set_exception(error)
             return
-        embedded = time.perf_counter()
+        written = time.perf_counter()
 
         by_shard: dict[int, list[tuple[_Pending, DocumentChange]]] = defaultdict(list)
-        offset = 0
+        failed_documents = 0
         for p in batch:
-            n = len(p.document.chunks)
+            hashes = [c.chunk_hash for c in p.document.chunks]
+            failure = next((result.failed[h] for h in hashes if h in result.failed), None)
+            if failure is not None:  # only the documents whose request failed; the rest of the flush commits
+                failed_documents += 1
+                p.future.set_exception(failure if isinstance(failure, ShardfuseError) else EmbeddingProviderError(
+                    f"embedding failed: {failure!r}"))
+                continue
+            embeddings = (np.stack([result.vectors[h] for h in hashes]).astype(np.float32, copy=False) if hashes
+                          else np.zeros((0, self._stage.dimensions), dtype=np.float32))
             change = DocumentChange(
                 event=p.document.event,
                 status=DocStatus.INDEXED,
                 chunks=p.document.chunks,
-                embeddings=vectors[offset : offset + n],
+                embeddings=embeddings,
                 line_count=p.document.line_count,
             )
-            offset += n
             by_shard[p.document.shard].append((p, change))
 
         for shard, items in by_shard.items():
@@ -145,24 +155,12 @@ class EmbedBatcher:
                     ApplyOutcome(key=change.key, seq=change.event.seq, applied=applied,
                                  stored_seq=outcome.stored_seq)
                 )
-        done = time.perf_counter()
-        self.last_stats = BatchStats(
-            documents=len(batch),
-            chunks=len(texts),
-            requests=requests,
-            embed_ms=(embedded - started) * 1000,
-            write_ms=(done - embedded) * 1000,
-        )
+        stats = result.stats
+        self.last_stats = BatchStats(documents=len(batch), failed_documents=failed_documents, embedding=stats,
+                                     write_ms=(time.perf_counter() - written) * 1000)
         log.info(
-            "embedded %d chunks from %d documents in %d request(s) (%.0f ms), wrote %d shard(s) (%.0f ms)",
-            len(texts), len(batch), requests, self.last_stats.embed_ms, len(by_shard), self.last_stats.write_ms,
+            "embedded %d chunks (%d distinct, %d from the cache) of %d documents in %d request(s) (%.0f ms, "
+            "%d failed, %d oversize inputs), wrote %d shard(s) (%.0f ms)",
+            stats.chunks, stats.unique, stats.cache_hits, len(batch), stats.requests, stats.embed_ms,
+            stats.failed_requests, stats.oversize, len(by_shard), self.last_stats.write_ms,
         )
-
-    def _embed(self, texts: list[str]) -> tuple[np.ndarray, int]:
-        parts = [
-            self._embedder.embed_documents(texts[i : i + self._request_size])
-            for i in range(0, len(texts), self._request_size)
-        ]
-        if not parts:
-            return np.zeros((0, self._embedder.dimensions), dtype=np.float32), 0
-        return np.concatenate(parts).astype(np.float32, copy=False), len(parts)

@@ -19,11 +19,14 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from pipeline.batching import EmbedBatcher
 from pipeline.cas import LocalContentStore
 from pipeline.embeddings import Embedder, build_embedder
+from pipeline.embeddings.backpressure import build_backpressure
 from pipeline.embeddings.query_cache import CachedQueryEmbedder
+from pipeline.embeddings.stage import EmbeddingStage
 from pipeline.freshness import Bm25Freshness
 from pipeline.lexical import LexicalShardReader, Tokenizer
-from pipeline.settings import Settings
+from pipeline.settings import EmbedderProvider, Settings
 from pipeline.store import ShardPools, ShardStore
+from pipeline.store.embedding_cache import EmbeddingCache
 from pipeline.store.schema import ensure_shared_schema
 from pipeline.tokens import TokenCounter
 from query.cache import RedisResultCache
@@ -102,16 +105,26 @@ class WorkerRuntime:
     @property
     def batcher(self) -> EmbedBatcher:
         emb = self.settings.embedder
-        return self._once(
-            "_batcher",
-            lambda: EmbedBatcher(
+
+        def build() -> EmbedBatcher:
+            remote = emb.provider in (EmbedderProvider.OPENAI, EmbedderProvider.VOYAGE)
+            cache = EmbeddingCache(self.shared_pool, provider=emb.provider.value, model=self.embedder.name,
+                                   dimensions=self.embedder.dimensions)
+            stage = EmbeddingStage(
                 embedder=self.embedder,
-                stores=self.stores,
-                max_chunks=emb.batch_size * 4,
-                max_wait_s=emb.batch_wait_ms / 1000,
-                request_size=emb.batch_size,
-            ),
-        )
+                batch_size=emb.batch_size,
+                cache=cache,
+                # Remote providers share quotas across every worker; a local model only competes for CPU.
+                backpressure=build_backpressure(emb, self.redis) if remote else None,
+                oversize_rule=emb.oversize_input,
+                max_concurrent=emb.max_concurrent if remote else 1,
+                max_retry_s=emb.max_retry_s,
+                request_timeout_s=emb.request_timeout_s,
+            )
+            return EmbedBatcher(stage=stage, stores=self.stores, max_chunks=emb.batch_size * 4,
+                                max_wait_s=emb.batch_wait_ms / 1000)
+
+        return self._once("_batcher", build)
 
     @property
     def searcher(self) -> SearchService:

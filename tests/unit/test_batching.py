@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.batching import EmbedBatcher
 from pipeline.embeddings import HashingEmbedder
+from pipeline.embeddings.stage import EmbeddingStage
 from pipeline.errors import EmbeddingProviderError, StoreUnavailableError
 from pipeline.events import Op, WriteEvent
 from pipeline.models import Chunk, PreparedDocument
@@ -73,7 +74,8 @@ def _submit_concurrently(batcher: EmbedBatcher, docs: list[PreparedDocument]) ->
 
 def test_documents_submitted_together_share_requests_and_one_transaction_per_shard() -> None:
     embedder, stores = RecordingEmbedder(), [FakeStore(0), FakeStore(1)]
-    batcher = EmbedBatcher(embedder=embedder, stores=stores, max_chunks=1000, max_wait_s=0.3, request_size=16)
+    batcher = EmbedBatcher(stage=EmbeddingStage(embedder=embedder, batch_size=16), stores=stores, max_chunks=1000,
+                           max_wait_s=0.3)
     try:
         docs = [_doc(f"d{i}", shard=i % 2, n_chunks=3) for i in range(8)]
         outcomes = _submit_concurrently(batcher, docs)
@@ -90,8 +92,8 @@ def test_documents_submitted_together_share_requests_and_one_transaction_per_sha
 
 def test_a_failing_shard_fails_only_its_documents() -> None:
     stores = [FakeStore(0), FakeStore(1, fail=True)]
-    batcher = EmbedBatcher(embedder=RecordingEmbedder(), stores=stores, max_chunks=100, max_wait_s=0.3,
-                           request_size=64)
+    batcher = EmbedBatcher(stage=EmbeddingStage(embedder=RecordingEmbedder(), batch_size=64), stores=stores,
+                           max_chunks=100, max_wait_s=0.3)
     try:
         outcomes = _submit_concurrently(batcher, [_doc("ok", 0, 2), _doc("bad", 1, 2)])
     finally:
@@ -101,8 +103,8 @@ def test_a_failing_shard_fails_only_its_documents() -> None:
 
 
 def test_provider_failure_reaches_every_waiter_as_a_transient_error() -> None:
-    batcher = EmbedBatcher(embedder=RecordingEmbedder(fail=True), stores=[FakeStore(0)], max_chunks=100,
-                           max_wait_s=0.05, request_size=64)
+    batcher = EmbedBatcher(stage=EmbeddingStage(embedder=RecordingEmbedder(fail=True), batch_size=64, max_retry_s=1),
+                           stores=[FakeStore(0)], max_chunks=100, max_wait_s=0.05)
     try:
         with pytest.raises(EmbeddingProviderError, match="provider exploded"):
             batcher.index(_doc("x", 0, 1), timeout=5)
@@ -112,8 +114,8 @@ def test_provider_failure_reaches_every_waiter_as_a_transient_error() -> None:
 
 def test_two_versions_of_one_document_in_a_batch_only_the_newest_counts_as_applied() -> None:
     stores = [FakeStore(0)]
-    batcher = EmbedBatcher(embedder=RecordingEmbedder(), stores=stores, max_chunks=100, max_wait_s=0.3,
-                           request_size=64)
+    batcher = EmbedBatcher(stage=EmbeddingStage(embedder=RecordingEmbedder(), batch_size=64), stores=stores,
+                           max_chunks=100, max_wait_s=0.3)
     try:
         old, new = _submit_concurrently(batcher, [_doc("same", 0, 1, seq=1), _doc("same", 0, 1, seq=2)])
     finally:
