@@ -1,0 +1,224 @@
+"""The embed stage end to end (Redis, Celery embed workers, PostgreSQL) against the fake embeddings server.
+
+One run, side by side (``make bench``):
+
+1. **batched** vs **per-document**: 2,000 documents of 3 chunks go to the ``embed`` queue as
+   ``shardfuse.embed`` messages and are written to their shards by 4 embed worker processes. The fake
+   provider takes 50 ms per request and answers 429 beyond 5 requests in flight; the global limit is 5.
+   Batched workers gather documents for 50 ms into requests of 64 inputs; per-document workers flush each
+   document alone (one request per document). Throughput ratio, documents lost, and the most requests the
+   server ever saw in flight are reported; the last line is JSON ending with ``ratio``.
+2. **faults**: the same, batched, with 10% of requests answered 429 and 10% 500: every document indexes.
+3. **re-publish**: 100 of the batched documents again, each with one paragraph changed: the provider
+   embeds at most 100 new chunks (the other chunks come from the embedding cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.events import Op, WriteEvent
+from pipeline.models import Chunk, PreparedDocument
+from pipeline.settings import Settings, load_settings
+from pipeline.sharding import shard_for
+from pipeline.store import ShardPools
+from tests.integration.ports import free_port
+from tests.support.embeddings_server import FakeEmbeddingsServer
+from workers.app_factory import create_app
+from workers.names import Queue, Task
+from workers.stack import down, up
+from workers.stack.celery_processes import answering_workers, celery_env, worker_command
+
+DOCUMENTS = 2000
+CHUNKS_PER_DOCUMENT = 3
+WORKER_PROCESSES = 4
+GLOBAL_LIMIT = 5
+LATENCY_S = 0.05
+DIMENSIONS = 64
+REPUBLISHED = 100
+EMBED_THREADS = 64  # embed tasks per worker process: a flush can gather at most this many documents
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Settings]:
+    """Redis and PostgreSQL only: the benchmark runs its own embed workers."""
+    data_dir = Path(tempfile.mkdtemp(prefix="shardfuse-bench-"))
+    redis_port, pg_port = free_port(), free_port()
+    env = {
+        "SHARDFUSE_DATA_DIR": str(data_dir),
+        "SHARDFUSE_BROKER__URL": f"redis://127.0.0.1:{redis_port}/0",
+        "SHARDFUSE_BROKER__RESULT_BACKEND": f"redis://127.0.0.1:{redis_port}/1",
+        "SHARDFUSE_POSTGRES__DSN": f"postgresql://postgres@127.0.0.1:{pg_port}/shardfuse",
+        "SHARDFUSE_STACK__FLOWER_PORT": str(free_port()),
+        "SHARDFUSE_SHARDS": "2",
+        "SHARDFUSE_EMBEDDER__PROVIDER": "openai",
+        "SHARDFUSE_EMBEDDER__MODEL": "text-embedding-3-small",
+        "SHARDFUSE_EMBEDDER__DIMENSIONS": str(DIMENSIONS),
+        "SHARDFUSE_EMBEDDER__API_KEY": "sk-bench",
+        "SHARDFUSE_EMBEDDER__GLOBAL_MAX_CONCURRENT": str(GLOBAL_LIMIT),
+        "SHARDFUSE_EMBEDDER__MAX_CONCURRENT": str(GLOBAL_LIMIT),
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    settings = load_settings()
+    up(settings, progress=lambda line: None, timeout=180, only={"redis", "postgres"})
+    try:
+        yield settings
+    finally:
+        down(settings, timeout=30)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def embed_workers(settings: Settings, provider: FakeEmbeddingsServer, *, batched: bool, tag: str) -> Iterator[None]:
+    """``WORKER_PROCESSES`` embed worker processes pointed at ``provider``."""
+    env = celery_env(os.environ) | {
+        "SHARDFUSE_EMBEDDER__BASE_URL": provider.base_url,
+        "SHARDFUSE_EMBEDDER__BATCH_SIZE": "64" if batched else str(CHUNKS_PER_DOCUMENT),
+        "SHARDFUSE_EMBEDDER__BATCH_WAIT_MS": "50" if batched else "0",
+    }
+    logs = settings.data_path / "bench-logs"
+    logs.mkdir(exist_ok=True)
+    names = [f"bench-{tag}-{i}" for i in range(WORKER_PROCESSES)]
+    procs = []
+    for name in names:
+        argv = worker_command(Queue.EMBED, concurrency=EMBED_THREADS)
+        argv[argv.index("-n") + 1] = f"{name}@%h"
+        with (logs / f"{name}.log").open("w") as log:
+            procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+    try:
+        host = socket.gethostname()
+        deadline = time.monotonic() + 120
+        while answering_workers(settings.broker.url, [f"{n}@{host}" for n in names]) != {
+            f"{n}@{host}" for n in names
+        }:
+            assert time.monotonic() < deadline, f"embed workers did not start; see {logs}"
+            assert all(p.poll() is None for p in procs), f"an embed worker exited; see {logs}"
+            time.sleep(0.5)
+        yield
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _document(zone: str, i: int, *, shards: int, seq: int = 1, changed: bool = False) -> PreparedDocument:
+    path = f"docs/{i:05d}.md"
+    # The zone is in every text: runs must not find each other's chunks in the embedding cache.
+    texts = [f"{zone}: document {i}, paragraph {p}: the embed stage batches chunks across documents."
+             for p in range(CHUNKS_PER_DOCUMENT)]
+    if changed:
+        texts[1] = f"{zone}: document {i}, paragraph 1 was rewritten at seq {seq}."
+    chunks = tuple(Chunk(p, text, 0, len(text), p + 1, p + 1, 12) for p, text in enumerate(texts))
+    event = WriteEvent(op=Op.WRITE, zone=zone, path=path, content_hash="sha256:" + f"{i:064x}", seq=seq)
+    return PreparedDocument(event=event, shard=shard_for(zone, path, shards), chunks=chunks,
+                            line_count=CHUNKS_PER_DOCUMENT)
+
+
+def _indexed(settings: Settings, zone: str, *, min_seq: int = 1) -> int:
+    with ShardPools(settings, min_size=1, max_size=1) as pools:
+        total = 0
+        for store in pools.stores():
+            with store.pool.connection() as conn:
+                row = conn.execute(
+                    f"SELECT count(*) FROM shard_{store.shard}.documents "
+                    "WHERE zone = %s AND status = 'indexed' AND seq >= %s",
+                    (zone, min_seq),
+                ).fetchone()
+            total += int(row[0]) if row else 0
+        return total
+
+
+def _run(settings: Settings, documents: list[PreparedDocument], *, zone: str, min_seq: int = 1,
+         timeout_s: float = 600) -> tuple[float, int]:
+    """Send ``documents`` as embed messages; seconds until all are indexed, and how many were lost."""
+    app = create_app(settings)
+    started = time.perf_counter()
+    with app.producer_or_acquire() as producer:
+        for document in documents:
+            app.send_task(Task.EMBED.value, kwargs={"document": document.to_dict()}, queue=Queue.EMBED.value,
+                          producer=producer)
+    deadline = time.monotonic() + timeout_s
+    while (done := _indexed(settings, zone, min_seq=min_seq)) < len(documents) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    elapsed = time.perf_counter() - started
+    app.close()
+    return elapsed, len(documents) - done
+
+
+def test_cross_document_batching_against_one_request_per_document(servers: Settings) -> None:
+    settings = servers
+    report: dict[str, float | int] = {}
+    for mode, batched in (("per_document", False), ("batched", True)):
+        zone = f"bench-{mode.replace('_', '-')}"
+        docs = [_document(zone, i, shards=settings.shards) for i in range(DOCUMENTS)]
+        fake = FakeEmbeddingsServer(dimensions=DIMENSIONS, latency_s=LATENCY_S, max_concurrent=GLOBAL_LIMIT)
+        with fake, embed_workers(settings, fake, batched=batched, tag=mode):
+            seconds, lost = _run(settings, docs, zone=zone)
+        report[f"{mode}_docs_per_s"] = round(DOCUMENTS / seconds, 1)
+        report[f"{mode}_seconds"] = round(seconds, 2)
+        report[f"{mode}_lost"] = lost
+        report[f"{mode}_requests"] = len(fake.requests())
+        report[f"{mode}_max_in_flight"] = fake.max_in_flight
+        print(f"\n{mode}: {DOCUMENTS} documents in {seconds:.2f} s, {report[f'{mode}_requests']} requests, "
+              f"max {fake.max_in_flight} in flight, {lost} lost")
+    report["global_limit"] = GLOBAL_LIMIT
+    report["ratio"] = round(float(report["batched_docs_per_s"]) / float(report["per_document_docs_per_s"]), 2)
+    print(json.dumps(report))
+    assert report["batched_lost"] == 0 and report["per_document_lost"] == 0
+    assert max(int(report["batched_max_in_flight"]), int(report["per_document_max_in_flight"])) <= GLOBAL_LIMIT
+    assert float(report["ratio"]) >= 20
+
+
+def test_every_document_indexes_when_a_fifth_of_requests_fail(servers: Settings) -> None:
+    settings = servers
+    zone = "bench-faults"
+    docs = [_document(zone, i, shards=settings.shards) for i in range(DOCUMENTS)]
+    fake = FakeEmbeddingsServer(dimensions=DIMENSIONS, latency_s=LATENCY_S, max_concurrent=GLOBAL_LIMIT,
+                                error_rate_429=0.1, error_rate_5xx=0.1, retry_after_s=0.2, seed=7)
+    with fake, embed_workers(settings, fake, batched=True, tag="faults"):
+        seconds, lost = _run(settings, docs, zone=zone)
+    print(f"\nfaults: {DOCUMENTS} documents in {seconds:.2f} s with 20% of requests failing "
+          f"({len(fake.requests())} requests), {lost} lost")
+    print(json.dumps({"faults_seconds": round(seconds, 2), "faults_lost": lost, "requests": len(fake.requests())}))
+    assert lost == 0
+
+
+def test_republishing_with_one_paragraph_changed_embeds_only_the_changed_chunks(servers: Settings) -> None:
+    settings = servers
+    zone = "bench-republish"
+    first = [_document(zone, i, shards=settings.shards) for i in range(REPUBLISHED)]
+    changed = [_document(zone, i, shards=settings.shards, seq=2, changed=True) for i in range(REPUBLISHED)]
+    fake = FakeEmbeddingsServer(dimensions=DIMENSIONS, latency_s=LATENCY_S, max_concurrent=GLOBAL_LIMIT)
+    with fake, embed_workers(settings, fake, batched=True, tag="republish"):
+        _, lost_first = _run(settings, first, zone=zone)
+        before = fake.embedded_inputs
+        _, lost_again = _run(settings, changed, zone=zone, min_seq=2)
+        new_chunks = fake.embedded_inputs - before
+    print(f"\nre-publish: {REPUBLISHED} documents with one paragraph changed each -> {new_chunks} chunks embedded")
+    print(json.dumps({"republished": REPUBLISHED, "newly_embedded_chunks": new_chunks}))
+    assert lost_first == 0 and lost_again == 0
+    assert new_chunks <= REPUBLISHED
