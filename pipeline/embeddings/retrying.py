@@ -6,8 +6,8 @@ exponential with full jitter, so workers that failed together do not retry toget
 than a 429's ``Retry-After``. No retry starts whose wait would carry the call past ``max_retry_s``: the
 last error is raised instead, and the Celery layer decides between a later retry and the dead-letter store.
 
-A 429 is an :class:`EmbeddingProviderError` carrying a ``retry_after_s`` attribute (``None`` when the
-response named no delay): that is what ``RateLimitedError`` in :mod:`pipeline.errors` provides.
+A 429 is a :class:`~pipeline.errors.RateLimitedError` (an ``EmbeddingProviderError``) carrying
+``retry_after_s`` (``None`` when the response named no delay).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_ran
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from pipeline.errors import EmbeddingProviderError, TransientError
+from pipeline.errors import RateLimitedError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ RETRY_AFTER_JITTER = 0.1
 
 def is_rate_limited(exc: BaseException) -> bool:
     """True for a provider 429 (with or without a Retry-After)."""
-    return isinstance(exc, EmbeddingProviderError) and hasattr(exc, "retry_after_s")
+    return isinstance(exc, RateLimitedError)
 
 
 def retry_after_of(exc: BaseException | None) -> float | None:
