@@ -21,19 +21,22 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.events import Op, WriteEvent
 from pipeline.models import Chunk, PreparedDocument
 from pipeline.settings import Settings, load_settings
 from pipeline.sharding import shard_for
-from pipeline.store import ShardPools
+from pipeline.store import DocStatus, DocumentChange, ShardPools
+from pipeline.store.schema import ensure_shard_schema
 from tests.integration.ports import free_port
 from tests.support.embeddings_server import FakeEmbeddingsServer
 from workers.app_factory import create_app
@@ -222,3 +225,31 @@ def test_republishing_with_one_paragraph_changed_embeds_only_the_changed_chunks(
     print(json.dumps({"republished": REPUBLISHED, "newly_embedded_chunks": new_chunks}))
     assert lost_first == 0 and lost_again == 0
     assert new_chunks <= REPUBLISHED
+
+
+def test_shard_write_floor(servers: Settings) -> None:
+    """PostgreSQL's own cost of writing the benchmark's chunks (COPY + HNSW inserts), with nothing else
+    running: the least time any embed stage needs for the 6,000 rows of the comparison above."""
+    settings = servers
+    rng = np.random.default_rng(0)
+    timings = []
+    with ShardPools(settings, min_size=1, max_size=1) as pools:
+        store = pools.stores()[0]
+        with store.pool.connection() as conn:
+            ensure_shard_schema(conn, 0, dimensions=DIMENSIONS)
+        for flush in range(40):
+            changes = []
+            for i in range(26):  # the batched run's average flush
+                document = _document("bench-write", flush * 26 + i, shards=1)
+                vectors = rng.normal(size=(CHUNKS_PER_DOCUMENT, DIMENSIONS)).astype(np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                changes.append(DocumentChange(event=document.event, status=DocStatus.INDEXED,
+                                              chunks=document.chunks, embeddings=vectors, line_count=3))
+            started = time.perf_counter()
+            store.apply(changes)
+            timings.append((time.perf_counter() - started) * 1000)
+    per_row = statistics.median(timings) / (26 * CHUNKS_PER_DOCUMENT)
+    floor_s = per_row * DOCUMENTS * CHUNKS_PER_DOCUMENT / 1000
+    print(f"\nshard write: p50 {statistics.median(timings):.1f} ms per 26-document flush, {per_row:.2f} ms per "
+          f"chunk row; {DOCUMENTS * CHUNKS_PER_DOCUMENT} rows need {floor_s:.1f} s of one PostgreSQL backend")
+    print(json.dumps({"write_ms_per_row": round(per_row, 3), "write_floor_s": round(floor_s, 2)}))
