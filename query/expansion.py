@@ -9,27 +9,33 @@ winner, served from a cache when it can be, time-boxed to ``expansion.timeout_s`
 every failure (timeout, 429, 5xx, unparseable output, Redis down) ends as an :class:`ExpansionOutcome`
 without an expansion, never as an exception that fails the search.
 
-Layout: pure logic first (the result type, the skip rule, the prompt, the parser, the cache key, the retry
-rule), then the cache port and its Redis adapter, then :class:`QueryExpander`, which does the I/O.
+Layout: the prompt, the parser and the result type are in :mod:`query.expansion_prompt`, the cache key,
+port and Redis adapter in :mod:`query.expansion_cache`; here are the skip rule, the retry rule and
+:class:`QueryExpander`, which does the I/O.
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import json
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-from redis.exceptions import RedisError
+from typing import TYPE_CHECKING, Literal
 
 from pipeline.settings import ExpansionSettings
+from query.expansion_cache import ExpansionCache, RedisExpansionCache, cache_key
+from query.expansion_prompt import (
+    MAX_PASSAGE_CHARS,
+    MAX_VARIANT_CHARS,
+    PROMPT_VERSION,
+    Expansion,
+    build_messages,
+    normalised,
+    parse_expansion,
+)
 
 if TYPE_CHECKING:
     # The SDK takes over a second to import: it is imported when the first client is built, not here.
@@ -38,10 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Bump whenever the prompt or the parser changes what an expansion contains: cached expansions are keyed by it.
-PROMPT_VERSION = 1
-MAX_VARIANT_CHARS = 300
-MAX_PASSAGE_CHARS = 1200
 # One retry at most, and only when it fits in what is left of the time budget.
 _MAX_ATTEMPTS = 2
 # Statuses worth a second attempt (the ones the OpenAI SDK itself retries); every other 4xx is final.
@@ -51,36 +53,13 @@ _DEFAULT_RETRY_DELAY_S = 0.2
 # Do not start an attempt with less time than this left: it could not complete anyway.
 _MIN_ATTEMPT_S = 0.05
 
+__all__ = [
+    "MAX_PASSAGE_CHARS", "MAX_VARIANT_CHARS", "PROMPT_VERSION", "Expansion", "ExpansionCache", "ExpansionOutcome",
+    "QueryExpander", "RedisExpansionCache", "build_messages", "cache_key", "keyword_leg_is_decisive",
+    "parse_expansion", "retry_delay",
+]  # fmt: skip
+
 Source = Literal["cache", "model", "skipped", "failed"]
-
-
-# -- results ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Expansion:
-    """What the model suggested for one query; every entry differs from the query and from each other."""
-
-    lexical: tuple[str, ...] = ()  # keyword variants for the BM25 leg
-    questions: tuple[str, ...] = ()  # paraphrased questions for the vector leg
-    passage: str | None = None  # a short hypothetical answer (HyDE) for the vector leg
-
-    @property
-    def is_empty(self) -> bool:
-        return not (self.lexical or self.questions or self.passage)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict; :meth:`from_dict` reads it back."""
-        return {"lexical": list(self.lexical), "questions": list(self.questions), "passage": self.passage}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Expansion:
-        """The expansion :meth:`to_dict` wrote. Raises ``ValueError`` on any other shape (a corrupt entry)."""
-        lexical, questions, passage = data.get("lexical", []), data.get("questions", []), data.get("passage")
-        for name, values in (("lexical", lexical), ("questions", questions)):
-            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-                raise ValueError(f"expansion {name!r} must be a list of strings")
-        if passage is not None and not isinstance(passage, str):
-            raise ValueError("expansion 'passage' must be a string or null")
-        return cls(lexical=tuple(lexical), questions=tuple(questions), passage=passage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,109 +90,6 @@ def keyword_leg_is_decisive(scores: Sequence[float], *, min_top: float, min_gap_
     return (top - second) / top >= min_gap_ratio
 
 
-# -- prompt and parsing ----------------------------------------------------------------------------------
-_SYSTEM_PROMPT = """\
-You expand search queries for a hybrid search engine over source code and technical documents. \
-The engine runs a keyword (BM25) search and a semantic (embedding) search.
-
-Reply with exactly one JSON object and nothing else:
-{{"lexical": [...], "questions": [...], "passage": "..."}}
-
-- "lexical": up to {n} keyword variants for the keyword search: synonyms, related technical terms, \
-identifier spellings (snake_case, camelCase, PascalCase), short reformulations. Keywords, not sentences.
-- "questions": up to {n} paraphrases of the query as natural-language questions.
-- "passage": a short passage (two to four sentences) that would answer the query, written the way \
-documentation or a code comment would say it.
-
-Never repeat the query itself. Use an empty list when you have nothing useful to add."""
-
-
-def build_messages(query: str, *, max_variants: int) -> list[ChatCompletionMessageParam]:
-    """The chat messages asking for an expansion of ``query`` with at most ``max_variants`` per list."""
-    return [
-        {"role": "system", "content": _SYSTEM_PROMPT.format(n=max_variants)},
-        {"role": "user", "content": query},
-    ]
-
-
-_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    fenced = _FENCE.match(text)
-    body = fenced.group(1) if fenced else text
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError:
-        # Some models wrap the object in a sentence; take the outermost braces before giving up.
-        start, end = body.find("{"), body.rfind("}")
-        if start < 0 or end <= start:
-            raise ValueError("no JSON object in the model's reply") from None
-        try:
-            data = json.loads(body[start : end + 1])
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"the model's reply is not valid JSON: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"the model's reply is a JSON {type(data).__name__}, not an object")
-    return data
-
-
-def _normalised(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _variants(values: object, *, seen: set[str], limit: int) -> tuple[str, ...]:
-    """Strings only, whitespace collapsed, capped in length; blank entries, surplus ones and those already
-    in ``seen`` (case-insensitively; it starts with the query and grows as entries are kept) dropped."""
-    if not isinstance(values, list):
-        return ()
-    kept: list[str] = []
-    for value in values:
-        if len(kept) >= limit:
-            break
-        if not isinstance(value, str):
-            continue
-        text = _normalised(value)[:MAX_VARIANT_CHARS].rstrip()
-        if text and text.casefold() not in seen:
-            seen.add(text.casefold())
-            kept.append(text)
-    return tuple(kept)
-
-
-def parse_expansion(text: str, *, query: str, max_variants: int) -> Expansion:
-    """The :class:`Expansion` in a model reply ``text`` (a JSON object, possibly inside a code fence).
-
-    Tolerant of what models do: wrong types, blanks, duplicates and echoes of ``query`` are dropped, each
-    list is cut to ``max_variants``, and lengths are capped. Raises ``ValueError`` when the reply holds no
-    JSON object or an object with none of the expected keys.
-    """
-    data = _json_object(text)
-    if not data.keys() & {"lexical", "questions", "passage"}:
-        raise ValueError(f"the model's reply has none of lexical, questions, passage (keys: {sorted(data)[:5]})")
-    query_key = _normalised(query).casefold()
-    lexical = _variants(data.get("lexical"), seen={query_key}, limit=max_variants)
-    # Questions are deduplicated separately: the same words may serve both legs.
-    questions = _variants(data.get("questions"), seen={query_key}, limit=max_variants)
-    passage = data.get("passage")
-    if isinstance(passage, str):
-        passage = _normalised(passage)[:MAX_PASSAGE_CHARS].rstrip() or None
-        if passage is not None and passage.casefold() == query_key:
-            passage = None
-    else:
-        passage = None
-    return Expansion(lexical=lexical, questions=questions, passage=passage)
-
-
-# -- cache key -------------------------------------------------------------------------------------------
-def cache_key(query: str, *, model: str, max_variants: int) -> str:
-    """A backend-neutral key for the expansion of ``query``: the SHA-256 of everything that shapes it.
-
-    :data:`PROMPT_VERSION` is part of it, so a prompt change never serves expansions of the old prompt.
-    Cache adapters add their own namespace (``RedisExpansionCache``'s ``prefix``).
-    """
-    payload = {"v": PROMPT_VERSION, "model": model, "max_variants": max_variants, "query": _normalised(query)}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
 
 # -- retry rule ------------------------------------------------------------------------------------------
 def retry_delay(status: int, headers: Mapping[str, str]) -> float | None:
@@ -236,48 +112,6 @@ def retry_delay(status: int, headers: Mapping[str, str]) -> float | None:
         if math.isfinite(delay) and delay >= 0:
             return delay
     return _DEFAULT_RETRY_DELAY_S
-
-
-# -- cache port and adapter ------------------------------------------------------------------------------
-class ExpansionCache(Protocol):
-    def get(self, key: str) -> Expansion | None: ...
-
-    def put(self, key: str, expansion: Expansion, ttl_s: int) -> None: ...
-
-
-class _Redis(Protocol):
-    def get(self, name: str) -> Any: ...
-
-    def set(self, name: str, value: str, *, ex: int) -> Any: ...
-
-
-class RedisExpansionCache:
-    """Expansions as JSON in Redis under ``prefix`` + key, with a TTL. Redis being down, or an entry being
-    corrupt, costs the cache and nothing else: errors are logged and swallowed."""
-
-    def __init__(self, client: _Redis, *, prefix: str = "shardfuse:expansion:") -> None:
-        self._redis = client
-        self._prefix = prefix
-
-    def get(self, key: str) -> Expansion | None:
-        try:
-            raw = self._redis.get(self._prefix + key)
-        except RedisError as exc:
-            log.warning("expansion cache unavailable, reading: %s", exc)
-            return None
-        if raw is None:
-            return None
-        try:
-            return Expansion.from_dict(json.loads(raw))
-        except (ValueError, TypeError, AttributeError) as exc:
-            log.warning("ignoring a corrupt expansion cache entry %s: %s", key, exc)
-            return None
-
-    def put(self, key: str, expansion: Expansion, ttl_s: int) -> None:
-        try:
-            self._redis.set(self._prefix + key, json.dumps(expansion.to_dict()), ex=ttl_s)
-        except RedisError as exc:
-            log.warning("expansion cache unavailable, writing: %s", exc)
 
 
 # -- the expander ----------------------------------------------------------------------------------------
@@ -315,7 +149,7 @@ class QueryExpander:
         """Expand ``query``; pass the keyword leg's scores to skip expansion when that leg is decisive."""
         started = time.perf_counter()
         settings = self._settings
-        query = _normalised(query)
+        query = normalised(query)
         reason = self._skip_reason(query, keyword_scores)
         if reason is not None:
             return ExpansionOutcome(None, "skipped", _ms(started), reason)

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from pipeline.settings import ExpansionSettings
 from query import expansion as expansion_module
+from query import expansion_cache as expansion_cache_module
 from query.expansion import (
     MAX_PASSAGE_CHARS,
     MAX_VARIANT_CHARS,
@@ -296,7 +297,8 @@ def test_cache_key_covers_everything_that_shapes_an_expansion(monkeypatch: pytes
         cache_key(QUERY, model="m", max_variants=2),
     ]
     assert len({key, *others}) == 4
-    monkeypatch.setattr(expansion_module, "PROMPT_VERSION", expansion_module.PROMPT_VERSION + 1)
+    # The key reads the version where the cache lives.
+    monkeypatch.setattr(expansion_cache_module, "PROMPT_VERSION", expansion_module.PROMPT_VERSION + 1)
     assert cache_key(QUERY, model="m", max_variants=3) != key
 
 
