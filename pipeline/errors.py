@@ -62,7 +62,8 @@ class RateLimitedError(EmbeddingProviderError):
         self.retry_after_s = retry_after_s
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Celery pickles exceptions across processes; the default reduce would drop the keyword argument.
+        # The prefork pool copies exceptions between processes through __reduce__; the default one would drop
+        # the keyword argument.
         return _rebuild_rate_limited, (str(self), self.retry_after_s)
 
 

@@ -24,7 +24,7 @@ TASK_MODULES = (
 def create_app(settings: Settings) -> Celery:
     app = Celery("shardfuse", broker=settings.broker.url, backend=settings.broker.result_backend)
     app.conf.update(
-        # JSON only: a pickle payload from a compromised publisher would be code execution on workers.
+        # JSON only: any richer content type from a compromised publisher could run code on the workers.
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
