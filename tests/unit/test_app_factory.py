@@ -1,0 +1,20 @@
+"""The Celery app every process builds: JSON only, acknowledged after the work, routed by queue."""
+
+from __future__ import annotations
+
+from pipeline.settings import Settings
+from workers.app_factory import create_app
+from workers.names import Queue, Task
+
+
+def test_messages_and_results_are_json_only() -> None:
+    conf = create_app(Settings()).conf
+    assert (conf.task_serializer, conf.result_serializer) == ("json", "json")
+    assert list(conf.accept_content) == ["json"] and list(conf.result_accept_content) == ["json"]
+
+
+def test_tasks_are_acknowledged_after_their_work_and_routed_to_their_queue() -> None:
+    conf = create_app(Settings()).conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.task_routes[Task.SEARCH.value]["queue"] == Queue.QUERY.value
+    assert conf.task_routes[Task.EMBED.value]["queue"] == Queue.EMBED.value
