@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pipeline.errors import StoreUnavailableError
 
@@ -47,3 +49,16 @@ def _redact(dsn: str) -> str:
     if "password" in info:
         info["password"] = "***"
     return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in info.items() if v is not None})
+
+
+@contextmanager
+def pooled_connection(
+    pool: ConnectionPool[psycopg.Connection[Any]], *, what: str
+) -> Iterator[psycopg.Connection[Any]]:
+    """A connection from ``pool``; losing the database becomes a :class:`StoreUnavailableError` (retried),
+    naming ``what`` was being reached."""
+    try:
+        with pool.connection() as conn:
+            yield conn
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise StoreUnavailableError(f"{what} database unavailable: {exc}") from exc

@@ -14,18 +14,18 @@ the others' identical vectors are dropped.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from pipeline.embeddings.base import Vectors
-from pipeline.errors import StoreUnavailableError
+from pipeline.store.connections import pooled_connection
 from pipeline.store.schema import SHARED_SCHEMA, ensure_shared_schema
 
 _TABLE = sql.Identifier(SHARED_SCHEMA, "embedding_cache")
@@ -159,14 +159,8 @@ class EmbeddingCache:
         self._counters.add(stored=stored)
         return stored
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; losing the database becomes a :class:`StoreUnavailableError` (retried)."""
-        try:
-            with self.pool.connection() as conn:
-                yield conn
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailableError(f"embedding cache database unavailable: {exc}") from exc
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return pooled_connection(self.pool, what="embedding cache")
 
 
 class MemoryEmbeddingCache:

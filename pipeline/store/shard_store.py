@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,10 +12,10 @@ import numpy.typing as npt
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
-from pipeline.errors import StoreUnavailableError
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
+from pipeline.store.connections import pooled_connection
 from pipeline.store.filters import ChunkFilter
 from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
 from pipeline.store.schema import ensure_shard_schema, shard_schema
@@ -291,11 +291,5 @@ class ShardStore:
             ).fetchall()
         return [{"zone": r[0], "path": r[1], "reason": r[2], "at": r[3].isoformat()} for r in rows]
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; losing the database becomes a :class:`StoreUnavailableError` (retried)."""
-        try:
-            with self.pool.connection() as conn:
-                yield conn
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailableError(f"shard {self.shard} database unavailable: {exc}") from exc
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return pooled_connection(self.pool, what=f"shard {self.shard}")
