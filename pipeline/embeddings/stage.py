@@ -120,22 +120,24 @@ class EmbeddingStage:
         cached = self._cache.get_many(texts) if self._cache is not None and texts else {}
         missing = {h: t for h, t in texts.items() if h not in cached}
 
-        pieces: dict[str, tuple[str, ...]] = {}
+        # Each missing text, as the pieces sent and their token counts. Counting is the costly part (tiktoken
+        # for OpenAI), so a text that fits is counted once; only an oversize one is cut and its pieces counted.
+        pieces: dict[str, tuple[tuple[str, int], ...]] = {}
         oversize = 0
         for chunk_hash, text in missing.items():
-            if self._limits is None:
-                pieces[chunk_hash] = (text,)
+            tokens = self._counter.count(text)
+            if self._limits is None or tokens <= self._limits.max_tokens_per_input:
+                pieces[chunk_hash] = ((text, tokens),)
                 continue
             fitted = fit_input(text, self._counter, self._limits, self._rule)
-            pieces[chunk_hash] = fitted.pieces
-            oversize += fitted.was_oversize
+            pieces[chunk_hash] = tuple((piece, self._counter.count(piece)) for piece in fitted.pieces)
+            oversize += 1
         if oversize:
             log.warning("%d input(s) exceeded the provider's per-input token limit and were %s",
                         oversize, "truncated" if self._rule == "truncate" else "split and averaged")
 
-        items = [PackItem(key=(h, i), tokens=self._counter.count(piece))
-                 for h, ps in pieces.items() for i, piece in enumerate(ps)]
-        texts_by_key = {(h, i): piece for h, ps in pieces.items() for i, piece in enumerate(ps)}
+        items = [PackItem(key=(h, i), tokens=tokens) for h, ps in pieces.items() for i, (_, tokens) in enumerate(ps)]
+        texts_by_key = {(h, i): piece for h, ps in pieces.items() for i, (piece, _) in enumerate(ps)}
         batches = pack(items, self._pack_limits)
         outcomes = list(self._pool.map(lambda b: self._send(b, texts_by_key), batches))
 
@@ -152,7 +154,7 @@ class EmbeddingStage:
             if chunk_hash in failed:
                 continue
             rows = np.stack([by_piece[(chunk_hash, i)] for i in range(len(ps))])
-            weights = [max(1, self._counter.count(p)) for p in ps]
+            weights = [max(1, tokens) for _, tokens in ps]
             fresh[chunk_hash] = rows[0] if len(ps) == 1 else merge_pieces(rows, weights)
         if self._cache is not None and fresh:
             self._cache.put_many(fresh)
