@@ -25,15 +25,21 @@ class ResultCache(Protocol):
     def put(self, key: str, answer: dict[str, Any]) -> None: ...
 
 
+def settings_fingerprint(settings: QuerySettings) -> str:
+    """A short digest of the query settings, computed once per service: part of every cache key, so a worker
+    restarted with other boosts or routing never serves answers ranked the old way."""
+    return hashlib.sha256(settings.model_dump_json().encode()).hexdigest()[:16]
+
+
 def cache_key(
-    request: SearchRequest, *, shard_state: Sequence[tuple[int, int | None]], settings: QuerySettings | None = None
+    request: SearchRequest, *, shard_state: Sequence[tuple[int, int | None]], settings_fingerprint: str = ""
 ) -> str:
     """A key for ``request`` against shards in ``shard_state`` (per shard: write version, BM25 generation),
-    answered under the query ``settings`` (a worker restarted with other boosts or routing misses)."""
+    answered under the settings of ``settings_fingerprint``."""
     payload = {
         "request": {**asdict(request), "where": asdict(request.where)},
         "shards": [list(state) for state in shard_state],
-        "settings": settings.model_dump(mode="json") if settings is not None else None,
+        "settings": settings_fingerprint,
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
     return f"{_PREFIX}{request.zone}:{digest}"

@@ -30,7 +30,7 @@ from pipeline.lexical.stats import combine
 from pipeline.settings import QuerySettings
 from pipeline.store import ChunkRecord
 from query.boosts import NO_BOOST, Boost, Candidate, prepare_query, rerank
-from query.cache import ResultCache, cache_key
+from query.cache import ResultCache, cache_key, settings_fingerprint
 from query.expansion import Expansion, QueryExpander
 from query.fusion import KEYWORD, VECTOR, FusedHit, fuse
 from query.ranking import diversify, snippet
@@ -69,6 +69,7 @@ class SearchService:
         # timings include the model, as a first-time query's would.
         self._cached_embedder = cached_embedder or embedder
         self._settings = settings
+        self._settings_fingerprint = settings_fingerprint(settings)
         self._max_per_file = settings.max_chunks_per_file or None
         self._cache = cache
         # Per shard, a counter every committed write bumps: part of the cache key.
@@ -98,7 +99,7 @@ class SearchService:
         versions = self._write_versions()
         generations = [shard.current_generation() for shard in self._shards]
         key = cache_key(request, shard_state=list(zip(versions, generations, strict=True)),
-                        settings=self._settings)
+                        settings_fingerprint=self._settings_fingerprint)
         cached = self._cache.get(key)
         if cached is not None:
             cached["cache"] = "hit"

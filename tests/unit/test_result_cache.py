@@ -59,3 +59,15 @@ def test_an_unreachable_redis_costs_only_the_cache() -> None:
     cache = RedisResultCache(dead, ttl_s=60)
     assert cache.get("k") is None
     cache.put("k", {"results": []})  # swallowed, not raised
+
+
+def test_other_query_settings_give_other_keys() -> None:
+    from pipeline.settings import BoostSettings
+    from query.cache import settings_fingerprint
+
+    request, state = SearchRequest(query="q", zone="a"), [(1, 1)]
+    default = settings_fingerprint(QuerySettings())
+    assert default == settings_fingerprint(QuerySettings())
+    unboosted = settings_fingerprint(QuerySettings(boosts=BoostSettings(enabled=False)))
+    assert cache_key(request, shard_state=state, settings_fingerprint=default) != cache_key(
+        request, shard_state=state, settings_fingerprint=unboosted)
