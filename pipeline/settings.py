@@ -35,6 +35,10 @@ class BrokerSettings(_Section):
     result_backend: str = "redis://127.0.0.1:16379/1"
     # Must exceed the longest task's hard time limit, or Redis redelivers a message that is still running.
     visibility_timeout_s: int = 3600
+    # Write events a publisher packs into one ingest message; the ingest stage passes the documents of a
+    # message on to the embed stage as one message too. Fewer, larger messages cost the broker and the
+    # workers less per document; 1 publishes every event on its own.
+    events_per_message: int = Field(default=16, ge=1, le=1000)
 
 
 class PostgresSettings(_Section):
@@ -77,8 +81,10 @@ class EmbedderSettings(_Section):
     provider: EmbedderProvider = EmbedderProvider.LOCAL
     model: str = "all-MiniLM-L6-v2"
     dimensions: int = Field(default=384, ge=8, le=16000)
-    # Cross-document batching: a batch is flushed when it holds this many chunks or has waited this long.
-    batch_size: int = Field(default=64, ge=1)
+    # Inputs per embedding request (None: the provider's own default, e.g. OpenAI 256, Voyage 128, local 64).
+    # Cross-document batching flushes when a batch holds 4 requests' worth of chunks or has waited
+    # batch_wait_ms.
+    batch_size: int | None = Field(default=None, ge=1)
     batch_wait_ms: int = Field(default=50, ge=0)
     # How the local model runs: "onnx" (ONNX Runtime, graph exported once under <data_dir>/models; about 3×
     # faster per query on CPU, same vectors) or "torch". Without onnxruntime installed, onnx falls back to torch.

@@ -10,6 +10,7 @@ from celery import Celery
 from kombu import Queue as KombuQueue
 
 from pipeline.settings import Settings
+from workers.broker_transport import TRANSPORT
 from workers.names import TASK_QUEUES, Queue
 from workers.runtime import RuntimeHolder
 
@@ -19,6 +20,12 @@ TASK_MODULES = (
     "workers.tasks.maintenance",
     "workers.tasks.search",
 )
+
+
+def broker_transport(url: str) -> str | None:
+    """Our Redis transport (:mod:`workers.broker_transport`) for a plain ``redis://`` broker; kombu's choice
+    from the URL scheme otherwise (``rediss://`` keeps kombu's TLS set-up, ``sentinel://`` its failover)."""
+    return TRANSPORT if url.split("://", 1)[0] == "redis" else None
 
 
 def create_app(settings: Settings) -> Celery:
@@ -39,6 +46,7 @@ def create_app(settings: Settings) -> Celery:
         task_default_queue=Queue.INGEST.value,
         task_routes={task.value: {"queue": queue.value, "routing_key": queue.value}
                      for task, queue in TASK_QUEUES.items()},
+        broker_transport=broker_transport(settings.broker.url),
         broker_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s},
         result_backend_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s},
         result_expires=3600,

@@ -17,25 +17,51 @@ from workers.names import Task
 
 
 class CeleryEventSink:
-    """Sends each event as a ``shardfuse.ingest`` message over one reused broker connection."""
+    """Sends events as ``shardfuse.ingest`` messages of up to ``events_per_message`` events each, over one
+    reused broker connection.
 
-    def __init__(self, app: Celery, producer: Any) -> None:
+    Events are held until a message is full, :meth:`flush` is called, or the :meth:`connect` block ends
+    (which flushes: leaving the block normally means every event was published).
+    """
+
+    def __init__(self, app: Celery, producer: Any, *, events_per_message: int = 1) -> None:
+        if events_per_message < 1:
+            raise ValueError(f"events_per_message must be at least 1, got {events_per_message}")
         self._app = app
         self._producer = producer
+        self._per_message = events_per_message
+        self._held: list[dict[str, Any]] = []
+        self.messages = 0
 
     @classmethod
     @contextmanager
-    def connect(cls, settings: Settings) -> Iterator[CeleryEventSink]:
+    def connect(cls, settings: Settings, *, events_per_message: int | None = None) -> Iterator[CeleryEventSink]:
         app = create_app(settings)
+        per_message = settings.broker.events_per_message if events_per_message is None else events_per_message
         try:
             with app.producer_or_acquire() as producer:
-                yield cls(app, producer)
+                sink = cls(app, producer, events_per_message=per_message)
+                try:
+                    yield sink
+                finally:  # also when the caller stops early: what it sent so far is published
+                    sink.flush()
         except OperationalError as exc:
             raise StoreUnavailableError(f"cannot reach the broker at {settings.broker.url}: {exc}") from exc
 
     def send(self, event: WriteEvent) -> None:
+        self._held.append(event.model_dump(mode="json"))
+        if len(self._held) >= self._per_message:
+            self.flush()
+
+    def flush(self) -> None:
+        """Publish the events held so far."""
+        if not self._held:
+            return
+        events, self._held = self._held, []
+        kwargs = {"event": events[0]} if len(events) == 1 else {"events": events}
         try:
-            self._app.send_task(Task.INGEST.value, kwargs={"event": event.model_dump(mode="json")},
-                                producer=self._producer)
+            self._app.send_task(Task.INGEST.value, kwargs=kwargs, producer=self._producer)
         except OperationalError as exc:
+            self._held = events + self._held  # nothing was published: keep them for another try
             raise StoreUnavailableError(f"cannot publish to the broker: {exc}") from exc
+        self.messages += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 
 from pipeline.batching import EmbedBatcher
 from pipeline.cas import LocalContentStore
-from pipeline.embeddings import Embedder, build_embedder
+from pipeline.embeddings import Embedder, build_embedder, request_batch_size
 from pipeline.embeddings.backpressure import build_backpressure
 from pipeline.embeddings.query_cache import CachedQueryEmbedder
 from pipeline.embeddings.stage import EmbeddingStage
@@ -37,6 +38,8 @@ from workers.names import Queue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# The interpreter's switch interval in worker processes (Python's default is 5 ms).
+SWITCH_INTERVAL_S = 0.0005
 
 
 class WorkerRuntime:
@@ -110,9 +113,10 @@ class WorkerRuntime:
             remote = emb.provider in (EmbedderProvider.OPENAI, EmbedderProvider.VOYAGE)
             cache = EmbeddingCache(self.shared_pool, provider=emb.provider.value, model=self.embedder.name,
                                    dimensions=self.embedder.dimensions)
+            batch_size = request_batch_size(emb, self.embedder)
             stage = EmbeddingStage(
                 embedder=self.embedder,
-                batch_size=emb.batch_size,
+                batch_size=batch_size,
                 cache=cache,
                 # Remote providers share quotas across every worker; a local model only competes for CPU.
                 backpressure=build_backpressure(emb, self.redis) if remote else None,
@@ -121,7 +125,7 @@ class WorkerRuntime:
                 max_retry_s=emb.max_retry_s,
                 request_timeout_s=emb.request_timeout_s,
             )
-            return EmbedBatcher(stage=stage, stores=self.stores, max_chunks=emb.batch_size * 4,
+            return EmbedBatcher(stage=stage, stores=self.stores, max_chunks=batch_size * 4,
                                 max_wait_s=emb.batch_wait_ms / 1000)
 
         return self._once("_batcher", build)
@@ -206,6 +210,13 @@ def connect_signals(app: Celery) -> None:
     @signals.worker_process_init.connect(weak=False)
     def _child_started(**_: Any) -> None:
         holder.get().warm_up(_consumed_queues(app))
+
+    @signals.worker_init.connect(weak=False)
+    def _worker_starting(**_: Any) -> None:
+        # A thread pool's consumer loop is I/O-bound: after each socket read it needs the GIL back, and with
+        # the default 5 ms switch interval a busy task thread keeps it that long every time. Hand it over
+        # sooner.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     @signals.worker_ready.connect(weak=False)
     def _worker_ready(sender: Any = None, **_: Any) -> None:

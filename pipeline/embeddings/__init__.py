@@ -6,7 +6,7 @@ cheap and works without the ``local`` extra or the voyageai SDK.
 """
 
 from pipeline.embeddings.base import Embedder, Vectors
-from pipeline.embeddings.factory import build_embedder
+from pipeline.embeddings.factory import build_embedder, request_batch_size
 from pipeline.embeddings.hashing import HashingEmbedder
 from pipeline.embeddings.limits import (
     FittedInput,
@@ -36,4 +36,5 @@ __all__ = [
     "build_embedder",
     "fit_input",
     "merge_pieces",
+    "request_batch_size",
 ]

@@ -8,16 +8,20 @@ from types import MappingProxyType
 
 from pipeline.embeddings.base import Embedder
 from pipeline.embeddings.hashing import HashingEmbedder
+from pipeline.embeddings.limits import ProviderLimits
 from pipeline.embeddings.local import LocalEmbedder
 from pipeline.embeddings.openai_embedder import OpenAIEmbedder
 from pipeline.embeddings.voyage_embedder import VoyageEmbedder
 from pipeline.errors import ConfigurationError
 from pipeline.settings import EmbedderProvider, EmbedderSettings
 
+# Inputs per forward pass of an in-process model (local, hashing) when embedder.batch_size is unset.
+LOCAL_BATCH_SIZE = 64
+
 _BUILDERS: Mapping[EmbedderProvider, Callable[[EmbedderSettings, Path], Embedder]] = MappingProxyType(
     {
         EmbedderProvider.LOCAL: lambda s, models: LocalEmbedder(
-            s.model, batch_size=s.batch_size, runtime=s.local_runtime, cache_dir=models
+            s.model, batch_size=s.batch_size or LOCAL_BATCH_SIZE, runtime=s.local_runtime, cache_dir=models
         ),
         EmbedderProvider.HASHING: lambda s, models: HashingEmbedder(s.dimensions),
         # Remote providers are asked for settings.dimensions (models with a fixed size refuse any other).
@@ -56,3 +60,11 @@ def build_embedder(settings: EmbedderSettings, *, models_dir: Path) -> Embedder:
             f"(SHARDFUSE_EMBEDDER__DIMENSIONS={embedder.dimensions})"
         )
     return embedder
+
+
+def request_batch_size(settings: EmbedderSettings, embedder: Embedder) -> int:
+    """Inputs per request: ``embedder.batch_size`` when set, else the provider's declared default."""
+    if settings.batch_size is not None:
+        return settings.batch_size
+    limits: ProviderLimits | None = getattr(embedder, "limits", None)
+    return limits.default_batch_size if limits is not None else LOCAL_BATCH_SIZE

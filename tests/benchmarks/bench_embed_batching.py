@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from celery import Celery
 
 from pipeline.events import Op, WriteEvent
 from pipeline.models import Chunk, PreparedDocument
@@ -51,7 +52,6 @@ GLOBAL_LIMIT = 5
 LATENCY_S = 0.05
 DIMENSIONS = 64
 REPUBLISHED = 100
-EMBED_THREADS = 64  # embed tasks per worker process: a flush can gather at most this many documents
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +90,12 @@ def servers() -> Iterator[Settings]:
 
 
 @contextlib.contextmanager
-def embed_workers(settings: Settings, provider: FakeEmbeddingsServer, *, batched: bool, tag: str) -> Iterator[None]:
-    """``WORKER_PROCESSES`` embed worker processes pointed at ``provider``."""
+def embed_workers(settings: Settings, provider: FakeEmbeddingsServer, *, batched: bool,
+                  tag: str) -> Iterator[list[str]]:
+    """``WORKER_PROCESSES`` embed worker processes pointed at ``provider``; yields their node names."""
     env = celery_env(os.environ) | {
         "SHARDFUSE_EMBEDDER__BASE_URL": provider.base_url,
-        "SHARDFUSE_EMBEDDER__BATCH_SIZE": "64" if batched else str(CHUNKS_PER_DOCUMENT),
+        "SHARDFUSE_EMBEDDER__BATCH_SIZE": "256" if batched else str(CHUNKS_PER_DOCUMENT),
         "SHARDFUSE_EMBEDDER__BATCH_WAIT_MS": "50" if batched else "0",
     }
     logs = settings.data_path / "bench-logs"
@@ -102,21 +103,20 @@ def embed_workers(settings: Settings, provider: FakeEmbeddingsServer, *, batched
     names = [f"bench-{tag}-{i}" for i in range(WORKER_PROCESSES)]
     procs = []
     for name in names:
-        argv = worker_command(Queue.EMBED, concurrency=EMBED_THREADS)
+        argv = worker_command(Queue.EMBED, concurrency=settings.workers.embed_concurrency)
         argv[argv.index("-n") + 1] = f"{name}@%h"
         with (logs / f"{name}.log").open("w") as log:
             procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True))
     try:
         host = socket.gethostname()
+        nodes = [f"{n}@{host}" for n in names]
         deadline = time.monotonic() + 120
-        while answering_workers(settings.broker.url, [f"{n}@{host}" for n in names]) != {
-            f"{n}@{host}" for n in names
-        }:
+        while answering_workers(settings.broker.url, nodes) != set(nodes):
             assert time.monotonic() < deadline, f"embed workers did not start; see {logs}"
             assert all(p.poll() is None for p in procs), f"an embed worker exited; see {logs}"
             time.sleep(0.5)
-        yield
+        yield nodes
     finally:
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
@@ -155,21 +155,41 @@ def _indexed(settings: Settings, zone: str, *, min_seq: int = 1) -> int:
         return total
 
 
-def _run(settings: Settings, documents: list[PreparedDocument], *, zone: str, min_seq: int = 1,
-         timeout_s: float = 600) -> tuple[float, int]:
-    """Send ``documents`` as embed messages; seconds until all are indexed, and how many were lost."""
+def _run(settings: Settings, documents: list[PreparedDocument], *, zone: str, workers: list[str],
+         min_seq: int = 1, timeout_s: float = 600) -> tuple[float, int]:
+    """Queue ``documents`` as embed messages; seconds until ``workers`` have indexed all, and how many were lost.
+
+    Each message carries ``broker.events_per_message`` documents, as the ingest stage sends them (it passes
+    on the documents of each publisher message together).
+
+    The workers stop consuming while the messages are queued and resume when the clock starts: the figure is
+    the embed stage's own rate, not the rate one client process can publish at (``send_task`` costs about a
+    millisecond a message, which would cap any run at the publisher's speed).
+    """
     app = create_app(settings)
-    started = time.perf_counter()
+    _consuming(app, workers, False)
+    per_message = settings.broker.events_per_message
     with app.producer_or_acquire() as producer:
-        for document in documents:
-            app.send_task(Task.EMBED.value, kwargs={"document": document.to_dict()}, queue=Queue.EMBED.value,
+        for start in range(0, len(documents), per_message):
+            group = [document.to_dict() for document in documents[start : start + per_message]]
+            app.send_task(Task.EMBED.value, kwargs={"documents": group}, queue=Queue.EMBED.value,
                           producer=producer)
+    started = time.perf_counter()
+    _consuming(app, workers, True)
     deadline = time.monotonic() + timeout_s
     while (done := _indexed(settings, zone, min_seq=min_seq)) < len(documents) and time.monotonic() < deadline:
         time.sleep(0.2)
     elapsed = time.perf_counter() - started
     app.close()
     return elapsed, len(documents) - done
+
+
+def _consuming(app: Celery, workers: list[str], on: bool) -> None:
+    """Make ``workers`` start or stop consuming the embed queue, and wait until every one has."""
+    control = app.control.add_consumer if on else app.control.cancel_consumer
+    replies = control(Queue.EMBED.value, destination=workers, reply=True, timeout=10)
+    answered = {node for reply in replies or [] for node in reply}
+    assert answered == set(workers), f"{sorted(set(workers) - answered)} did not answer {control.__name__}"
 
 
 def test_cross_document_batching_against_one_request_per_document(servers: Settings) -> None:
@@ -179,8 +199,8 @@ def test_cross_document_batching_against_one_request_per_document(servers: Setti
         zone = f"bench-{mode.replace('_', '-')}"
         docs = [_document(zone, i, shards=settings.shards) for i in range(DOCUMENTS)]
         fake = FakeEmbeddingsServer(dimensions=DIMENSIONS, latency_s=LATENCY_S, max_concurrent=GLOBAL_LIMIT)
-        with fake, embed_workers(settings, fake, batched=batched, tag=mode):
-            seconds, lost = _run(settings, docs, zone=zone)
+        with fake, embed_workers(settings, fake, batched=batched, tag=mode) as workers:
+            seconds, lost = _run(settings, docs, zone=zone, workers=workers)
         report[f"{mode}_docs_per_s"] = round(DOCUMENTS / seconds, 1)
         report[f"{mode}_seconds"] = round(seconds, 2)
         report[f"{mode}_lost"] = lost
@@ -202,8 +222,8 @@ def test_every_document_indexes_when_a_fifth_of_requests_fail(servers: Settings)
     docs = [_document(zone, i, shards=settings.shards) for i in range(DOCUMENTS)]
     fake = FakeEmbeddingsServer(dimensions=DIMENSIONS, latency_s=LATENCY_S, max_concurrent=GLOBAL_LIMIT,
                                 error_rate_429=0.1, error_rate_5xx=0.1, retry_after_s=0.2, seed=7)
-    with fake, embed_workers(settings, fake, batched=True, tag="faults"):
-        seconds, lost = _run(settings, docs, zone=zone)
+    with fake, embed_workers(settings, fake, batched=True, tag="faults") as workers:
+        seconds, lost = _run(settings, docs, zone=zone, workers=workers)
     print(f"\nfaults: {DOCUMENTS} documents in {seconds:.2f} s with 20% of requests failing "
           f"({len(fake.requests())} requests), {lost} lost")
     print(json.dumps({"faults_seconds": round(seconds, 2), "faults_lost": lost, "requests": len(fake.requests())}))
@@ -216,10 +236,10 @@ def test_republishing_with_one_paragraph_changed_embeds_only_the_changed_chunks(
     first = [_document(zone, i, shards=settings.shards) for i in range(REPUBLISHED)]
     changed = [_document(zone, i, shards=settings.shards, seq=2, changed=True) for i in range(REPUBLISHED)]
     fake = FakeEmbeddingsServer(dimensions=DIMENSIONS, latency_s=LATENCY_S, max_concurrent=GLOBAL_LIMIT)
-    with fake, embed_workers(settings, fake, batched=True, tag="republish"):
-        _, lost_first = _run(settings, first, zone=zone)
+    with fake, embed_workers(settings, fake, batched=True, tag="republish") as workers:
+        _, lost_first = _run(settings, first, zone=zone, workers=workers)
         before = fake.embedded_inputs
-        _, lost_again = _run(settings, changed, zone=zone, min_seq=2)
+        _, lost_again = _run(settings, changed, zone=zone, workers=workers, min_seq=2)
         new_chunks = fake.embedded_inputs - before
     print(f"\nre-publish: {REPUBLISHED} documents with one paragraph changed each -> {new_chunks} chunks embedded")
     print(json.dumps({"republished": REPUBLISHED, "newly_embedded_chunks": new_chunks}))

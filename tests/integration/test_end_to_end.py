@@ -224,6 +224,29 @@ def test_bad_events_are_dead_lettered_with_a_reason_and_never_block_the_queue(st
     assert any("invalid write event" in row["reason"] and row["path"] is None for row in status["failed"])
 
 
+def test_a_message_of_many_events_settles_each_event_on_its_own(stack: Stack) -> None:
+    """One bad event in a message is dead-lettered alone; its neighbours are indexed, and their documents
+    reach the embed stage together in one message."""
+    from pipeline.cas import LocalContentStore
+    from workers.app_factory import create_app
+    from workers.names import Task
+
+    cas = LocalContentStore(stack.settings.cas_root)
+    good = [
+        {"op": "write", "zone": "many", "path": f"ok{i}.txt", "seq": 1, "size": len(text),
+         "content_hash": cas.put(text)}
+        for i, text in enumerate([b"the first wallabyzest document", b"the second wallabyzest document"])
+    ]
+    missing = {"op": "write", "zone": "many", "path": "gone.txt", "content_hash": "sha256:" + "f" * 64,
+               "size": 1, "seq": 1}
+    create_app(stack.settings).send_task(Task.INGEST.value, kwargs={"events": [good[0], missing, "{nope", good[1]]})
+    stack.wait()
+    assert sorted(_paths(stack.search("wallabyzest", "many", mode="keyword"))) == ["ok0.txt", "ok1.txt"]
+    status = json.loads(stack.cli("status", "--json").stdout)
+    failed = [row for row in status["failed"] if row["zone"] == "many"]
+    assert [row["path"] for row in failed] == ["gone.txt"] and failed[0]["attempts"] == 1
+
+
 def test_a_second_up_starts_nothing_and_keeps_every_process(stack: Stack) -> None:
     before = {name: comp.pid for name, comp in stack.state.components.items()}
     again = stack.cli("up", "--timeout", "60")

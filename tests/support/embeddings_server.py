@@ -67,6 +67,7 @@ class FakeEmbeddingsServer(FakeOpenAIServer):
         error_rate_429: float = 0.0,
         retry_after_s: float = 1.0,
         shuffle: bool = False,
+        floats_only: bool = False,
         seed: int = 0,
     ) -> None:
         super().__init__({EMBEDDINGS: self._embeddings})
@@ -80,6 +81,7 @@ class FakeEmbeddingsServer(FakeOpenAIServer):
         self.error_rate_429 = error_rate_429
         self.retry_after_s = retry_after_s
         self.shuffle = shuffle
+        self.floats_only = floats_only  # answer with float lists whatever encoding_format asks (as some servers do)
         self._random = random.Random(seed)
         self._state = threading.Lock()
         self._local = threading.local()
@@ -129,7 +131,7 @@ class FakeEmbeddingsServer(FakeOpenAIServer):
         if not isinstance(inputs, list) or not inputs or not all(isinstance(t, str) and t for t in inputs):
             return embeddings_error(400, "input must be a non-empty string or a list of non-empty strings")
         size = body.get("dimensions") or body.get("output_dimension") or self.dimensions
-        as_base64 = body.get("encoding_format") == "base64"
+        as_base64 = body.get("encoding_format") == "base64" and not self.floats_only
         data = [
             {"object": "embedding", "index": i, "embedding": self._encode(text, int(size), as_base64)}
             for i, text in enumerate(inputs)

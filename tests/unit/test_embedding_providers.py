@@ -123,7 +123,17 @@ def test_request_carries_key_model_size_and_input_type(provider: Provider, serve
         assert (documents.json["input_type"], queries.json["input_type"]) == ("document", "query")
         assert documents.json["truncation"] is False
     else:
-        assert documents.json["encoding_format"] == "float"
+        assert documents.json["encoding_format"] == "base64"
+
+
+def test_rows_sent_as_float_lists_are_read_too(provider: Provider, server: FakeEmbeddingsServer) -> None:
+    """Some OpenAI-compatible servers ignore ``encoding_format`` and always answer with float lists."""
+    embedder = provider.build(server)
+    as_base64 = embedder.embed_documents(["alpha", "beta"])
+    server.floats_only = True
+    as_floats = embedder.embed_documents(["alpha", "beta"])
+    np.testing.assert_allclose(as_floats, as_base64, atol=1e-6)
+    np.testing.assert_allclose(as_floats[0], expected("alpha", provider.dimensions), atol=1e-6)
 
 
 def test_native_size_is_not_requested_from_models_that_cannot_shorten(server: FakeEmbeddingsServer) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery import Task
@@ -14,6 +14,11 @@ from workers.names import Task as TaskName
 from workers.runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
+
+def message_items(one: Any, many: list[Any] | None) -> list[Any]:
+    """The items of a message that carries one (``event=``) or several (``events=``), or both."""
+    return ([] if one is None else [one]) + list(many or [])
+
 
 class PipelineTask(Task):  # type: ignore[misc]
     """Base of the ingest, embed and maintenance tasks."""
@@ -45,6 +50,44 @@ class PipelineTask(Task):  # type: ignore[misc]
             countdown = min(60, 2 ** self.request.retries)
             log.warning("%s failed (attempt %d), retrying in %ds: %r", self.name, attempts, countdown, exc)
             raise self.retry(exc=exc, countdown=countdown, max_retries=settings.workers.max_retries) from exc
+
+    def guarded_each(
+        self,
+        key: str,
+        items: Sequence[Any],
+        work: Callable[[Sequence[Any]], tuple[dict[str, Any], list[tuple[Any, BaseException]]]],
+    ) -> dict[str, Any]:
+        """Run ``work`` over a message of several items (``key`` names one: ``event``, ``document``), which
+        returns a summary and the items that failed, each with its error.
+
+        Each item is settled on its own: a permanent failure is dead-lettered alone, transient ones are
+        retried together in a new message holding only them (re-published before this one is acknowledged),
+        and dead-lettered one by one when the retry budget is spent. The items that succeeded stay done.
+        A failure of the whole of ``work`` (say the database is down) counts for every item.
+        """
+        try:
+            summary, failures = work(items)
+        except Exception as exc:  # noqa: BLE001 - settled per item below
+            summary, failures = {}, [(item, exc) for item in items]
+        dead: list[dict[str, Any]] = []
+        transient: list[tuple[Any, BaseException]] = []
+        for item, exc in failures:
+            if isinstance(exc, PermanentError):
+                dead.append(self._dead_letter({key: item}, exc))
+            else:
+                transient.append((item, exc))
+        attempts = self.request.retries + 1
+        if transient and attempts > self.runtime.settings.workers.max_retries:
+            dead.extend(self._dead_letter({key: item}, exc) for item, exc in transient)
+            transient = []
+        if transient:
+            exc = transient[0][1]
+            countdown = min(60, 2 ** self.request.retries)
+            log.warning("%s: %d of %d %ss failed (attempt %d), retrying them in %ds: %r", self.name,
+                        len(transient), len(items), key, attempts, countdown, exc)
+            raise self.retry(kwargs={f"{key}s": [item for item, _ in transient]}, exc=exc, countdown=countdown,
+                             max_retries=self.runtime.settings.workers.max_retries)
+        return summary | {"dead_letters": len(dead)}
 
     def _dead_letter(self, payload: dict[str, Any], exc: BaseException) -> dict[str, Any]:
         reason = str(exc) or exc.__class__.__name__

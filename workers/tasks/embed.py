@@ -2,28 +2,58 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from pipeline.models import PreparedDocument
+from pipeline.store import ApplyOutcome
 from workers.celery_app import app
 from workers.names import Task
-from workers.tasks.base import PipelineTask
+from workers.tasks.base import PipelineTask, message_items
 
 _limits = app.shardfuse_settings.workers.embed_limits
 
 
 @app.task(name=Task.EMBED.value, bind=True, base=PipelineTask,
           soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
-def embed(self: PipelineTask, document: dict[str, Any]) -> dict[str, Any]:
-    payload = {"document": document}
+def embed(self: PipelineTask, document: dict[str, Any] | None = None,
+          documents: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Index the documents of one message (``documents``; ``document`` is the one-document form).
 
-    def work() -> dict[str, Any]:
-        prepared = PreparedDocument.from_dict(document)
+    Every document goes to the process's batcher at once, so one message's documents share requests and
+    shard transactions with each other and with other messages'. The message is acknowledged when each
+    document has committed, failed for good (dead-lettered) or been handed to a retry message.
+    """
+
+    def work(items: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
+        failures: list[tuple[Any, BaseException]] = []
+        pending: list[tuple[dict[str, Any], PreparedDocument, Future[ApplyOutcome]]] = []
+        for raw in items:
+            try:
+                prepared = PreparedDocument.from_dict(raw)
+            except Exception as exc:  # noqa: BLE001 - a malformed document fails alone
+                failures.append((raw, exc))
+                continue
+            pending.append((raw, prepared, self.runtime.batcher.submit(prepared)))
         # Wait a little less than the soft limit so a stuck batch surfaces as a retryable timeout.
-        outcome = self.runtime.batcher.index(prepared, timeout=max(1.0, _limits.soft_s - 10))
-        if outcome.applied:
-            self.schedule_bm25(prepared.shard)
-        return {"result": "indexed" if outcome.applied else "stale", "shard": prepared.shard,
-                "chunks": len(prepared.chunks)}
+        deadline = time.monotonic() + max(1.0, _limits.soft_s - 10)
+        indexed = stale = 0
+        shards: set[int] = set()
+        for raw, prepared, future in pending:
+            try:
+                outcome = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:  # noqa: BLE001 - settled per document by guarded_each
+                failures.append((raw, exc))
+                continue
+            if outcome.applied:
+                indexed += 1
+                shards.add(prepared.shard)
+            else:
+                stale += 1
+        for shard in sorted(shards):
+            self.schedule_bm25(shard)
+        return {"indexed": indexed, "stale": stale, "failed": len(failures)}, failures
 
-    return self.guarded(payload, work)
+    return self.guarded_each("document", message_items(document, documents), work)

@@ -1,36 +1,51 @@
-"""Queue ``ingest``: a write event becomes a chunked document for the embed stage."""
+"""Queue ``ingest``: write events become chunked documents for the embed stage."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from pipeline.events import parse_event
 from pipeline.ingest import IngestResult, ingest_event
 from workers.celery_app import app
 from workers.names import Task
-from workers.tasks.base import PipelineTask
+from workers.tasks.base import PipelineTask, message_items
 
 _limits = app.shardfuse_settings.workers.ingest_limits
 
 
 @app.task(name=Task.INGEST.value, bind=True, base=PipelineTask,
           soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
-def ingest(self: PipelineTask, event: Any) -> dict[str, Any]:
-    payload = {"event": event}
+def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = None) -> dict[str, Any]:
+    """Ingest the events of one message (``events``; ``event`` is the one-event form).
 
-    def work() -> dict[str, Any]:
+    The documents they produce go on to the embed stage together, in one message: the publisher's grouping
+    of events carries through, and the embed workers receive documents by the dozen, not one at a time.
+    """
+
+    def work(items: Sequence[Any]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
         runtime = self.runtime
-        outcome = ingest_event(
-            parse_event(event),
-            settings=runtime.settings,
-            cas=runtime.cas,
-            stores=runtime.stores,
-            counter=runtime.counter,
-        )
-        if outcome.document is not None:
-            self.app.send_task(Task.EMBED.value, kwargs={"document": outcome.document.to_dict()})
-        elif outcome.result in (IngestResult.DELETED, IngestResult.SKIPPED):
-            self.schedule_bm25(outcome.shard)
-        return {"result": outcome.result.value, "shard": outcome.shard, "reason": outcome.reason}
+        failures: list[tuple[Any, BaseException]] = []
+        documents: list[dict[str, Any]] = []
+        results: Counter[str] = Counter()
+        unchanged_shards: set[int] = set()
+        for raw in items:
+            try:
+                outcome = ingest_event(parse_event(raw), settings=runtime.settings, cas=runtime.cas,
+                                       stores=runtime.stores, counter=runtime.counter)
+            except Exception as exc:  # noqa: BLE001 - settled per event by guarded_each
+                failures.append((raw, exc))
+                continue
+            results[outcome.result.value] += 1
+            if outcome.document is not None:
+                documents.append(outcome.document.to_dict())
+            elif outcome.result in (IngestResult.DELETED, IngestResult.SKIPPED):
+                unchanged_shards.add(outcome.shard)
+        if documents:
+            self.app.send_task(Task.EMBED.value, kwargs={"documents": documents})
+        for shard in sorted(unchanged_shards):
+            self.schedule_bm25(shard)
+        return dict(results), failures
 
-    return self.guarded(payload, work)
+    return self.guarded_each("event", message_items(event, events), work)

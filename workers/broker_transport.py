@@ -1,0 +1,42 @@
+"""kombu's Redis transport, with one reusable client per channel for its short commands.
+
+kombu builds a new ``redis.Redis`` object for every command it sends outside the consuming connection:
+each acknowledgement, each unacked-message bookkeeping step, each task-event publish. With redis-py 8 the
+constructor alone (response-callback tables, driver info) costs more than the round trip it wraps; a
+thread-pool worker of ours spent about a fifth of its CPU in it. A ``redis.Redis`` object holds no
+connection of its own: it checks one out of its pool per command, so one object serves every thread of
+the channel. The consuming side (BRPOP on the asynchronous pool) is untouched.
+
+Selected by ``broker_transport`` in :mod:`workers.app_factory` for ``redis://`` and ``rediss://`` brokers.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+
+
+class Channel(kombu_redis.Channel):  # type: ignore[misc]
+    _short_client: Any = None
+    _short_client_lock = threading.Lock()
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return super()._create_client(asynchronous=True)
+        pool = self.pool  # replaced after a fork or a disconnect: a client of the old one is not reused
+        client = self._short_client
+        if client is None or client.connection_pool is not pool:
+            with self._short_client_lock:
+                client = self._short_client
+                if client is None or client.connection_pool is not pool:
+                    client = self._short_client = super()._create_client(asynchronous=False)
+        return client
+
+
+class Transport(kombu_redis.Transport):  # type: ignore[misc]
+    Channel = Channel
+
+
+TRANSPORT = f"{__name__}:Transport"
