@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.bulk_load import BulkLoadGate
 from pipeline.embeddings.stage import EmbeddingStage, StageStats, unique_texts
 from pipeline.errors import EmbeddingProviderError, ShardfuseError
 from pipeline.models import PreparedDocument
@@ -60,8 +61,10 @@ class EmbedBatcher:
         stores: Sequence[ShardStore],
         max_chunks: int,
         max_wait_s: float,
+        gate: BulkLoadGate | None = None,
     ) -> None:
         self._stage = stage
+        self._gate = gate
         self._stores = stores
         self._max_chunks = max_chunks
         self._max_wait_s = max_wait_s
@@ -108,6 +111,14 @@ class EmbedBatcher:
                 chunks += len(item.document.chunks)
             self._flush(batch)
 
+    def _before_write(self, shard: int, changes: list[DocumentChange]) -> None:
+        if self._gate is None:
+            return
+        try:
+            self._gate.before_write(shard, rows=sum(len(c.chunks) for c in changes), documents=len(changes))
+        except Exception:  # noqa: BLE001 - the write goes ahead with the index as it is
+            log.warning("could not decide on bulk-load mode for shard %d", shard, exc_info=True)
+
     def _flush(self, batch: list[_Pending]) -> None:
         chunks = [chunk for p in batch for chunk in p.document.chunks]
         try:
@@ -141,6 +152,7 @@ class EmbedBatcher:
             by_shard[p.document.shard].append((p, change))
 
         for shard, items in by_shard.items():
+            self._before_write(shard, [change for _, change in items])
             try:
                 outcomes = {o.key: o for o in self._stores[shard].apply([c for _, c in items])}
             except Exception as exc:  # this shard's documents fail; the other shards' commits stand

@@ -110,6 +110,22 @@ class EmbedderSettings(_Section):
     query_cache_ttl_s: int = Field(default=86400, ge=0)
 
 
+class VectorIndexSettings(_Section):
+    """Each shard's HNSW index (see :mod:`pipeline.store.vector_index`)."""
+
+    # Graph parameters of new indexes (pgvector's defaults).
+    m: int = Field(default=16, ge=2, le=100)
+    ef_construction: int = Field(default=64, ge=4, le=1000)
+    # Bulk loads: a load of at least this many rows coming at a shard, and large next to it, is written
+    # without the index, which is built once the queues are empty (0 never defers).
+    defer_min_rows: int = Field(default=2000, ge=0)
+    # The deferred build: memory (maintenance_work_mem), parallel workers (0: one less than this machine's
+    # cores, at least 1), and how long the queues must stay empty before it starts.
+    build_memory_mb: int = Field(default=512, ge=64)
+    build_parallel_workers: int = Field(default=0, ge=0)
+    build_debounce_s: float = Field(default=5.0, ge=0)
+
+
 class Bm25Settings(_Section):
     # Relative paths are taken under ``data_dir``.
     dir: Path = Path("bm25")
@@ -251,6 +267,7 @@ class Settings(BaseSettings):
     limits: LimitSettings = LimitSettings()
     chunking: ChunkingSettings = ChunkingSettings()
     embedder: EmbedderSettings = EmbedderSettings()
+    vector_index: VectorIndexSettings = VectorIndexSettings()
     bm25: Bm25Settings = Bm25Settings()
     query: QuerySettings = QuerySettings()
     workers: WorkerSettings = WorkerSettings()

@@ -18,24 +18,24 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 
-class Channel(kombu_redis.Channel):  # type: ignore[misc]
+class Channel(kombu_redis.Channel):
     _short_client: Any = None
     _short_client_lock = threading.Lock()
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:
-            return super()._create_client(asynchronous=True)
+            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
         pool = self.pool  # replaced after a fork or a disconnect: a client of the old one is not reused
         client = self._short_client
         if client is None or client.connection_pool is not pool:
             with self._short_client_lock:
                 client = self._short_client
                 if client is None or client.connection_pool is not pool:
-                    client = self._short_client = super()._create_client(asynchronous=False)
+                    client = self._short_client = super()._create_client(asynchronous=False)  # type: ignore[no-untyped-call]
         return client
 
 
-class Transport(kombu_redis.Transport):  # type: ignore[misc]
+class Transport(kombu_redis.Transport):
     Channel = Channel
 
 

@@ -16,6 +16,7 @@ class Task(enum.StrEnum):
     INGEST = "shardfuse.ingest"
     EMBED = "shardfuse.embed"
     BM25_REBUILD = "shardfuse.bm25_rebuild"
+    VECTOR_INDEX_BUILD = "shardfuse.vector_index_build"
     SEARCH = "shardfuse.search"
 
 
@@ -24,6 +25,7 @@ TASK_QUEUES: dict[Task, Queue] = {
     Task.INGEST: Queue.INGEST,
     Task.EMBED: Queue.EMBED,
     Task.BM25_REBUILD: Queue.MAINTENANCE,
+    Task.VECTOR_INDEX_BUILD: Queue.MAINTENANCE,
     Task.SEARCH: Queue.QUERY,
 }
 

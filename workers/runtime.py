@@ -18,6 +18,7 @@ from celery import Celery, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 
 from pipeline.batching import EmbedBatcher
+from pipeline.bulk_load import BulkLoadGate
 from pipeline.cas import LocalContentStore
 from pipeline.embeddings import Embedder, build_embedder, request_batch_size
 from pipeline.embeddings.backpressure import build_backpressure
@@ -29,6 +30,7 @@ from pipeline.settings import EmbedderProvider, Settings
 from pipeline.store import ShardPools, ShardStore
 from pipeline.store.embedding_cache import EmbeddingCache
 from pipeline.store.schema import ensure_shared_schema
+from pipeline.store.vector_index import DeferPolicy
 from pipeline.tokens import TokenCounter
 from query.cache import RedisResultCache
 from query.expansion import QueryExpander, RedisExpansionCache
@@ -105,6 +107,19 @@ class WorkerRuntime:
     def freshness(self) -> Bm25Freshness:
         return self._once("_freshness", lambda: Bm25Freshness(self.redis))
 
+    def pending_documents(self) -> int:
+        """Documents waiting in the ingest and embed queues (queued messages × events per message)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(Queue.INGEST.value)
+        pipe.llen(Queue.EMBED.value)
+        return sum(int(n) for n in pipe.execute()) * self.settings.broker.events_per_message
+
+    @property
+    def bulk_load_gate(self) -> BulkLoadGate:
+        policy = DeferPolicy(min_rows=self.settings.vector_index.defer_min_rows)
+        return self._once("_bulk_load_gate",
+                          lambda: BulkLoadGate(self.stores, policy=policy, backlog=self.pending_documents))
+
     @property
     def batcher(self) -> EmbedBatcher:
         emb = self.settings.embedder
@@ -126,7 +141,7 @@ class WorkerRuntime:
                 request_timeout_s=emb.request_timeout_s,
             )
             return EmbedBatcher(stage=stage, stores=self.stores, max_chunks=batch_size * 4,
-                                max_wait_s=emb.batch_wait_ms / 1000)
+                                max_wait_s=emb.batch_wait_ms / 1000, gate=self.bulk_load_gate)
 
         return self._once("_batcher", build)
 

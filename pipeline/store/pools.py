@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from types import TracebackType
 from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from pipeline.settings import Settings
+from pipeline.settings import Settings, VectorIndexSettings
 from pipeline.store.connections import open_pool
 from pipeline.store.shard_store import ShardStore
+from pipeline.store.vector_index import BuildSettings
 
 
 class ShardPools:
@@ -37,8 +39,9 @@ class ShardPools:
     def stores(self) -> list[ShardStore]:
         """One store per shard (schemas are not created here: see :meth:`ShardStore.ensure_schema`)."""
         dimensions = self._settings.embedder.dimensions
+        index = build_settings(self._settings.vector_index)
         return [
-            ShardStore(self.pool(self._settings.shard_dsn(shard)), shard, dimensions=dimensions)
+            ShardStore(self.pool(self._settings.shard_dsn(shard)), shard, dimensions=dimensions, index=index)
             for shard in range(self._settings.shards)
         ]
 
@@ -55,3 +58,14 @@ class ShardPools:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def build_settings(settings: VectorIndexSettings) -> BuildSettings:
+    """How this machine builds HNSW indexes (parallel workers default to one less than its cores)."""
+    workers = settings.build_parallel_workers or max(1, (os.cpu_count() or 2) - 1)
+    return BuildSettings(
+        m=settings.m,
+        ef_construction=settings.ef_construction,
+        memory_mb=settings.build_memory_mb,
+        parallel_workers=workers,
+    )

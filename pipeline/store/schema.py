@@ -6,6 +6,7 @@ import psycopg
 from psycopg import sql
 
 from pipeline.errors import ConfigurationError
+from pipeline.store.vector_index import BuildSettings, create_index_sql, index_state_ddl, is_deferred
 
 SHARED_SCHEMA = "shardfuse"
 # Any constant works; it only has to be the same in every process that creates schemas.
@@ -48,7 +49,6 @@ CREATE TABLE IF NOT EXISTS {schema}.chunks (
     embedding   vector({dimensions}) NOT NULL
 );
 CREATE INDEX IF NOT EXISTS chunks_zone_path ON {schema}.chunks (zone, path);
-CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON {schema}.chunks USING hnsw (embedding vector_cosine_ops);
 CREATE INDEX IF NOT EXISTS documents_status ON {schema}.documents (status) WHERE status <> 'indexed';
 """
 
@@ -93,7 +93,8 @@ def shard_schema(shard: int) -> str:
     return f"shard_{shard}"
 
 
-def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensions: int) -> None:
+def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensions: int,
+                        build: BuildSettings | None = None) -> None:
     """Create the shard's schema if missing, and refuse to run against one built for other vectors.
 
     Workers start concurrently; ``CREATE ... IF NOT EXISTS`` is not safe against itself, so creation is
@@ -101,6 +102,7 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
     ``chunks`` columns added since (existing rows read NULL there).
     """
     schema = shard_schema(shard)
+    build = build or BuildSettings()
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK_KEY,))
         existing = _embedding_dimensions(conn, schema)
@@ -114,6 +116,10 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
         for column, statement in _ADDED_CHUNK_COLUMNS.items():
             if _chunk_column(conn, schema, column) is None:
                 conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+        conn.execute(index_state_ddl(schema))
+        # The HNSW index, unless a bulk load deferred it: then the maintenance task builds it, not start-up.
+        if not is_deferred(conn, schema):
+            conn.execute(create_index_sql(schema, build, concurrently=False))
 
 
 def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:

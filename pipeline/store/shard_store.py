@@ -14,11 +14,13 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from pipeline.store import vector_index
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
 from pipeline.store.connections import pooled_connection
 from pipeline.store.filters import ChunkFilter
 from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
 from pipeline.store.schema import ensure_shard_schema, shard_schema
+from pipeline.store.vector_index import BuildSettings
 from pipeline.symbols import ChunkSymbols
 
 
@@ -74,10 +76,12 @@ class ShardStore:
     ones, never a mix and never none (PostgreSQL MVCC: each statement reads one snapshot).
     """
 
-    def __init__(self, pool: ConnectionPool, shard: int, *, dimensions: int) -> None:
+    def __init__(self, pool: ConnectionPool, shard: int, *, dimensions: int,
+                 index: BuildSettings | None = None) -> None:
         self.pool = pool
         self.shard = shard
         self.dimensions = dimensions
+        self.index = index or BuildSettings()
         self._schema = sql.Identifier(shard_schema(shard))
 
     def _q(self, text: str) -> sql.Composed:
@@ -85,7 +89,23 @@ class ShardStore:
 
     def ensure_schema(self) -> None:
         with self._connection() as conn:
-            ensure_shard_schema(conn, self.shard, dimensions=self.dimensions)
+            ensure_shard_schema(conn, self.shard, dimensions=self.dimensions, build=self.index)
+
+    # -- the HNSW index (pipeline.store.vector_index) ----------------------------------------------------
+    def vector_index_deferred(self) -> bool:
+        with self._connection() as conn:
+            return vector_index.is_deferred(conn, shard_schema(self.shard))
+
+    def row_estimate(self) -> int:
+        with self._connection() as conn:
+            return vector_index.row_estimate(conn, shard_schema(self.shard))
+
+    def defer_vector_index(self) -> bool:
+        with self._connection() as conn:
+            return vector_index.defer_index(conn, shard_schema(self.shard))
+
+    def build_vector_index(self) -> float | None:
+        return vector_index.build_index(str(self.pool.conninfo), shard_schema(self.shard), self.index)
 
     # -- writes --------------------------------------------------------------------------------------
     def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:

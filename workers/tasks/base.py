@@ -14,6 +14,9 @@ from workers.names import Task as TaskName
 from workers.runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
+# Set while a vector index build of a shard is scheduled (the TTL outlives a stuck one).
+VECTOR_INDEX_FLAG = "shardfuse:vector_index:scheduled"
+VECTOR_INDEX_FLAG_TTL_S = 3600
 
 def message_items(one: Any, many: list[Any] | None) -> list[Any]:
     """The items of a message that carries one (``event=``) or several (``events=``), or both."""
@@ -67,25 +70,25 @@ class PipelineTask(Task):  # type: ignore[misc]
         """
         try:
             summary, failures = work(items)
-        except Exception as exc:  # noqa: BLE001 - settled per item below
-            summary, failures = {}, [(item, exc) for item in items]
+        except Exception as whole:  # noqa: BLE001 - settled per item below
+            summary, failures = {}, [(item, whole) for item in items]
         dead: list[dict[str, Any]] = []
         transient: list[tuple[Any, BaseException]] = []
-        for item, exc in failures:
-            if isinstance(exc, PermanentError):
-                dead.append(self._dead_letter({key: item}, exc))
+        for item, error in failures:
+            if isinstance(error, PermanentError):
+                dead.append(self._dead_letter({key: item}, error))
             else:
-                transient.append((item, exc))
+                transient.append((item, error))
         attempts = self.request.retries + 1
         if transient and attempts > self.runtime.settings.workers.max_retries:
-            dead.extend(self._dead_letter({key: item}, exc) for item, exc in transient)
+            dead.extend(self._dead_letter({key: item}, error) for item, error in transient)
             transient = []
         if transient:
-            exc = transient[0][1]
+            first = transient[0][1]
             countdown = min(60, 2 ** self.request.retries)
             log.warning("%s: %d of %d %ss failed (attempt %d), retrying them in %ds: %r", self.name,
-                        len(transient), len(items), key, attempts, countdown, exc)
-            raise self.retry(kwargs={f"{key}s": [item for item, _ in transient]}, exc=exc, countdown=countdown,
+                        len(transient), len(items), key, attempts, countdown, first)
+            raise self.retry(kwargs={f"{key}s": [item for item, _ in transient]}, exc=first, countdown=countdown,
                              max_retries=self.runtime.settings.workers.max_retries)
         return summary | {"dead_letters": len(dead)}
 
@@ -102,6 +105,14 @@ class PipelineTask(Task):  # type: ignore[misc]
         )
         log.error("%s dead-lettered as #%d after %d attempt(s): %s", self.name, dead_id, attempts, reason)
         return {"result": "dead_letter", "dead_letter_id": dead_id, "reason": reason}
+
+    def schedule_vector_index(self, shard: int) -> None:
+        """After a commit to ``shard`` while its HNSW index is deferred: make sure a build will follow (one
+        scheduled build per shard at a time; it waits for the queues to empty)."""
+        runtime = self.runtime
+        if runtime.redis.set(f"{VECTOR_INDEX_FLAG}:{shard}", 1, nx=True, ex=VECTOR_INDEX_FLAG_TTL_S):
+            self.app.send_task(TaskName.VECTOR_INDEX_BUILD.value, kwargs={"shard": shard},
+                               countdown=runtime.settings.vector_index.build_debounce_s)
 
     def schedule_bm25(self, shard: int) -> None:
         """After a commit to ``shard``: make sure a (debounced) BM25 rebuild will follow."""

@@ -54,6 +54,8 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
                 stale += 1
         for shard in sorted(shards):
             self.schedule_bm25(shard)
+            if self.runtime.bulk_load_gate.deferred(shard):
+                self.schedule_vector_index(shard)
         return {"indexed": indexed, "stale": stale, "failed": len(failures)}, failures
 
     return self.guarded_each("document", message_items(document, documents), work)

@@ -1,0 +1,104 @@
+"""Bulk-load mode against real PostgreSQL + pgvector: the HNSW index is deferred for a large load, searches
+stay exact meanwhile, start-up does not rebuild it, and the build brings it back valid."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import psycopg
+import pytest
+
+from pipeline.bulk_load import BulkLoadGate
+from pipeline.embeddings import HashingEmbedder
+from pipeline.events import Op, WriteEvent
+from pipeline.models import Chunk
+from pipeline.store import DocStatus, DocumentChange, ShardStore, open_pool
+from pipeline.store.vector_index import INDEX_NAME, BuildSettings, DeferPolicy
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+DIM = 16
+EMBED = HashingEmbedder(DIM)
+
+
+@pytest.fixture
+def store(stack: Stack) -> Iterator[ShardStore]:
+    base = stack.settings.postgres.dsn
+    name = f"vindex_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    pool = open_pool(base.rsplit("/", 1)[0] + f"/{name}", max_size=4)
+    shard = ShardStore(pool, 0, dimensions=DIM, index=BuildSettings(m=8, ef_construction=32, memory_mb=64))
+    shard.ensure_schema()
+    yield shard
+    pool.close()
+
+
+def _documents(start: int, count: int) -> list[DocumentChange]:
+    changes = []
+    for i in range(start, start + count):
+        texts = [f"document {i} about topic {i % 17}", f"more words {i} on subject {i % 5}"]
+        event = WriteEvent(op=Op.WRITE, zone="z", path=f"d{i}.txt", content_hash="sha256:" + "2" * 64, seq=1)
+        chunks = tuple(Chunk(j, t, 0, len(t), j + 1, j + 1, 5) for j, t in enumerate(texts))
+        changes.append(DocumentChange(event=event, status=DocStatus.INDEXED, chunks=chunks,
+                                      embeddings=EMBED.embed_documents(texts), line_count=2))
+    return changes
+
+
+def _index(store: ShardStore) -> tuple[bool, str] | None:
+    """(valid, definition) of the shard's HNSW index, or None when it has none."""
+    with store.pool.connection() as conn:
+        row = conn.execute(
+            "SELECT i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s", (INDEX_NAME,)
+        ).fetchone()
+    return None if row is None else (bool(row[0]), str(row[1]))
+
+
+def _exact_top(store: ShardStore, query: np.ndarray, k: int) -> list[str]:
+    with store.pool.connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")
+        rows = conn.execute("SELECT chunk_id FROM shard_0.chunks WHERE zone = 'z' ORDER BY embedding <=> %s "
+                            "LIMIT %s", (query, k)).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_bulk_load_defers_the_index_searches_stay_exact_and_the_build_restores_it(store: ShardStore) -> None:
+    store.apply(_documents(0, 50))
+    assert _index(store) is not None and _index(store)[0]  # type: ignore[index]
+    backlog = [1500]  # documents said to wait in the queues
+    gate = BulkLoadGate([store], policy=DeferPolicy(min_rows=1000), backlog=lambda: backlog[0], refresh_s=0)
+
+    load = _documents(50, 100)
+    gate.before_write(0, rows=200, documents=100)  # 200 + 1500 × 2 rows coming at a 100-row shard
+    assert gate.deferred(0) and store.vector_index_deferred() and _index(store) is None
+    store.apply(load)
+
+    query = EMBED.embed_query("document 77 about topic 9")
+    hits = store.vector_search(query, zone="z", limit=10, ef_search=40)
+    assert [h.chunk_id for h in hits] == _exact_top(store, query, 10)
+
+    store.ensure_schema()  # a worker starting during the load does not rebuild the index
+    assert _index(store) is None
+
+    assert store.build_vector_index() is not None
+    valid, definition = _index(store)  # type: ignore[misc]
+    assert valid and "hnsw" in definition and "m='8'" in definition.replace(" ", "")
+    assert not store.vector_index_deferred() and not gate.deferred(0)
+    store.ensure_schema()
+    assert _index(store) is not None
+
+
+def test_small_writes_keep_the_index(store: ShardStore) -> None:
+    gate = BulkLoadGate([store], policy=DeferPolicy(min_rows=1000), backlog=lambda: 10, refresh_s=0)
+    gate.before_write(0, rows=20, documents=10)
+    assert not gate.deferred(0) and _index(store) is not None
+
+
+def test_a_build_with_nothing_deferred_changes_nothing(store: ShardStore) -> None:
+    store.apply(_documents(0, 20))
+    before = _index(store)
+    assert store.build_vector_index() is not None  # CREATE INDEX IF NOT EXISTS: a no-op
+    assert _index(store) == before
