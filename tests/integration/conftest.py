@@ -88,6 +88,10 @@ def stack() -> Iterator[Stack]:
         "SHARDFUSE_STACK__FLOWER_PORT": str(flower_port),
         "SHARDFUSE_EMBEDDER__PROVIDER": "hashing",
         "SHARDFUSE_BM25__REBUILD_DEBOUNCE_S": "0.2",
+        # Small enough that one test's load (test_end_to_end's bulk load) defers the HNSW index, large
+        # enough that the other tests' few documents never do.
+        "SHARDFUSE_VECTOR_INDEX__DEFER_MIN_ROWS": "150",
+        "SHARDFUSE_VECTOR_INDEX__BUILD_DEBOUNCE_S": "0.5",
         "SHARDFUSE_SHARDS": "2",
     }
     saved = {k: os.environ.get(k) for k in overrides}

@@ -247,6 +247,42 @@ def test_a_message_of_many_events_settles_each_event_on_its_own(stack: Stack) ->
     assert [row["path"] for row in failed] == ["gone.txt"] and failed[0]["attempts"] == 1
 
 
+def test_a_bulk_load_defers_the_hnsw_index_and_the_maintenance_pool_builds_it_after(stack: Stack) -> None:
+    from pipeline.store import ShardPools
+    from workers.stack.layout import StackLayout
+
+    from workers.app_factory import create_app
+    from workers.names import Queue
+
+    log = StackLayout(stack.settings.data_path).log_file("worker-embed")
+    dropped_before = log.read_text().count("HNSW index dropped for a bulk load")
+    # The load arrives while the ingest pool is paused, as a backlog (a trickle the workers keep up with
+    # never defers the index: the load coming at a shard is what waits in the queues).
+    control = create_app(stack.settings).control
+    assert control.cancel_consumer(Queue.INGEST.value, reply=True, timeout=10)
+    try:
+        with stack.publisher() as publisher:
+            for i in range(600):
+                publisher.write(zone="bulk", path=f"b{i:04d}.txt",
+                                data=f"bulk document {i} about the numbat {i % 13}\n\nsecond part {i}".encode())
+    finally:
+        assert control.add_consumer(Queue.INGEST.value, reply=True, timeout=10)
+    stack.wait()  # idle means the deferred builds ran too
+    assert log.read_text().count("HNSW index dropped for a bulk load") > dropped_before
+    with ShardPools(stack.settings, min_size=1, max_size=1) as pools:
+        for store in pools.stores():
+            assert not store.vector_index_deferred()
+            with store.pool.connection() as conn:
+                valid = conn.execute(
+                    "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+                    (f"shard_{store.shard}", "chunks_embedding_hnsw"),
+                ).fetchone()
+            assert valid == (True,)
+    hits = stack.search("bulk document 417 about the numbat 1", "bulk", mode="semantic", k=5)["results"]
+    assert hits and hits[0]["path"] == "b0417.txt"
+
+
 def test_a_second_up_starts_nothing_and_keeps_every_process(stack: Stack) -> None:
     before = {name: comp.pid for name, comp in stack.state.components.items()}
     again = stack.cli("up", "--timeout", "60")
