@@ -122,7 +122,8 @@ class EmbedBatcher:
     def _flush(self, batch: list[_Pending]) -> None:
         chunks = [chunk for p in batch for chunk in p.document.chunks]
         try:
-            result = self._stage.embed(unique_texts((c.chunk_hash, c.text) for c in chunks), chunks=len(chunks))
+            result = self._stage.embed(unique_texts((c.embedding_key, c.indexed_text) for c in chunks),
+                                       chunks=len(chunks))
         except Exception as exc:  # every waiter must hear about it, whatever it is (e.g. the cache is down)
             error = exc if isinstance(exc, ShardfuseError) else EmbeddingProviderError(f"embedding failed: {exc!r}")
             for p in batch:
@@ -133,7 +134,7 @@ class EmbedBatcher:
         by_shard: dict[int, list[tuple[_Pending, DocumentChange]]] = defaultdict(list)
         failed_documents = 0
         for p in batch:
-            hashes = [c.chunk_hash for c in p.document.chunks]
+            hashes = [c.embedding_key for c in p.document.chunks]
             failure = next((result.failed[h] for h in hashes if h in result.failed), None)
             if failure is not None:  # only the documents whose request failed; the rest of the flush commits
                 failed_documents += 1
@@ -148,6 +149,8 @@ class EmbedBatcher:
                 chunks=p.document.chunks,
                 embeddings=embeddings,
                 line_count=p.document.line_count,
+                dropped=p.document.dropped,
+                refresh=p.document.refresh,
             )
             by_shard[p.document.shard].append((p, change))
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.cas import ContentStore
-from pipeline.chunking import chunk_text
 from pipeline.decode import Skipped, decode_content
 from pipeline.events import Op, WriteEvent
-from pipeline.models import Chunk, PreparedDocument
+from pipeline.models import PreparedDocument
+from pipeline.preparation import ChunkRegistry, Contextualizer, prepare_chunks
 from pipeline.settings import Settings
 from pipeline.sharding import shard_for
 from pipeline.store import DocStatus, DocumentChange, ShardStore
-from pipeline.symbols import extract_symbols, language_for
 from pipeline.tokens import TokenCounter
 
 
@@ -41,17 +39,22 @@ def ingest_event(
     cas: ContentStore,
     stores: Sequence[ShardStore],
     counter: TokenCounter,
+    contextualizer: Contextualizer | None = None,
+    registry: ChunkRegistry | None = None,
+    refresh: bool = False,
 ) -> IngestOutcome:
-    """Version check → read from the CAS → decode → chunk → the symbols each chunk defines (code only).
+    """Version check → read from the CAS → decode → chunk → filter → contextualize
+    (:func:`pipeline.preparation.prepare_chunks`).
 
     Deletes and skips are applied to the shard here (they need no embedding); a prepared document is
     returned for the embed stage, which applies it. The early version check only saves work: the
-    authoritative check runs again inside the shard's write transaction.
+    authoritative check runs again inside the shard's write transaction. ``refresh`` re-indexes the seq
+    the shard holds (``shardfuse backfill-context``) instead of treating it as stale.
     """
     shard = shard_for(event.zone, event.path, settings.shards)
     store = stores[shard]
     held = store.document_seq(event.zone, event.path)
-    if held is not None and held >= event.seq:
+    if held is not None and (held > event.seq or (held == event.seq and not refresh)):
         return IngestOutcome(IngestResult.STALE, shard, reason=f"shard holds seq {held} >= {event.seq}")
 
     if event.op is Op.DELETE:
@@ -63,39 +66,15 @@ def ingest_event(
         change = DocumentChange(event=event, status=DocStatus.SKIPPED, reason=decoded.reason)
         return _applied(store, change, IngestResult.SKIPPED, reason=decoded.reason)
 
-    text = decoded.text
-    chunks = chunk_text(
-        text,
-        counter=counter,
-        max_tokens=settings.chunking.max_tokens,
-        overlap_tokens=settings.chunking.overlap_tokens,
-    )
-    if not chunks:
+    prepared = prepare_chunks(decoded.text, path=event.path, doc_hash=event.content_hash, settings=settings,
+                              counter=counter, contextualizer=contextualizer, registry=registry, zone=event.zone)
+    if not prepared.chunks:
         reason = "no text to index (whitespace only)"
         change = DocumentChange(event=event, status=DocStatus.SKIPPED, reason=reason)
         return _applied(store, change, IngestResult.SKIPPED, reason=reason)
-    chunks = _with_symbols(chunks, text, language=language_for(event.path))
-    document = PreparedDocument(event=event, shard=shard, chunks=tuple(chunks), line_count=decoded.line_count)
+    document = PreparedDocument(event=event, shard=shard, chunks=prepared.chunks, line_count=decoded.line_count,
+                                dropped=prepared.dropped, refresh=refresh)
     return IngestOutcome(IngestResult.PREPARED, shard, document=document)
-
-
-def _with_symbols(chunks: list[Chunk], text: str, *, language: str | None) -> list[Chunk]:
-    """Each chunk with the symbols it defines. A chunk is judged alone, told only whether its first line
-    is the tail of a line (chunks start at token boundaries) and whether the document ends with it."""
-    if language is None:
-        return chunks
-    return [
-        dataclasses.replace(
-            chunk,
-            symbols=extract_symbols(
-                chunk.text,
-                language=language,
-                starts_mid_line=chunk.start_char > 0 and text[chunk.start_char - 1] != "\n",
-                ends_document=chunk.end_char == len(text),
-            ),
-        )
-        for chunk in chunks
-    ]
 
 
 def _applied(

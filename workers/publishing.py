@@ -24,23 +24,26 @@ class CeleryEventSink:
     (which flushes: leaving the block normally means every event was published).
     """
 
-    def __init__(self, app: Celery, producer: Any, *, events_per_message: int = 1) -> None:
+    def __init__(self, app: Celery, producer: Any, *, events_per_message: int = 1, refresh: bool = False) -> None:
         if events_per_message < 1:
             raise ValueError(f"events_per_message must be at least 1, got {events_per_message}")
         self._app = app
         self._producer = producer
         self._per_message = events_per_message
+        self._refresh = refresh  # re-index at the seq the shards hold (backfill-context)
         self._held: list[dict[str, Any]] = []
         self.messages = 0
 
     @classmethod
     @contextmanager
-    def connect(cls, settings: Settings, *, events_per_message: int | None = None) -> Iterator[CeleryEventSink]:
+    def connect(
+        cls, settings: Settings, *, events_per_message: int | None = None, refresh: bool = False
+    ) -> Iterator[CeleryEventSink]:
         app = create_app(settings)
         per_message = settings.broker.events_per_message if events_per_message is None else events_per_message
         try:
             with app.producer_or_acquire() as producer:
-                sink = cls(app, producer, events_per_message=per_message)
+                sink = cls(app, producer, events_per_message=per_message, refresh=refresh)
                 try:
                     yield sink
                 finally:  # also when the caller stops early: what it sent so far is published
@@ -58,7 +61,9 @@ class CeleryEventSink:
         if not self._held:
             return
         events, self._held = self._held, []
-        kwargs = {"event": events[0]} if len(events) == 1 else {"events": events}
+        kwargs: dict[str, Any] = {"event": events[0]} if len(events) == 1 else {"events": events}
+        if self._refresh:
+            kwargs["refresh"] = True
         try:
             self._app.send_task(Task.INGEST.value, kwargs=kwargs, producer=self._producer)
         except OperationalError as exc:

@@ -20,6 +20,9 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from pipeline.batching import EmbedBatcher
 from pipeline.bulk_load import BulkLoadGate
 from pipeline.cas import LocalContentStore
+from pipeline.chunk_registry import RedisChunkRegistry
+from pipeline.context.factory import build_contextualizer
+from pipeline.context.llm import LlmContextualizer
 from pipeline.embeddings import Embedder, build_embedder, request_batch_size
 from pipeline.embeddings.backpressure import build_backpressure
 from pipeline.embeddings.query_cache import CachedQueryEmbedder
@@ -28,6 +31,7 @@ from pipeline.freshness import Bm25Freshness
 from pipeline.lexical import LexicalShardReader, Tokenizer
 from pipeline.settings import EmbedderProvider, Settings
 from pipeline.store import ShardPools, ShardStore
+from pipeline.store.context_cache import PostgresContextCache
 from pipeline.store.embedding_cache import EmbeddingCache
 from pipeline.store.schema import ensure_shared_schema
 from pipeline.store.vector_index import DeferPolicy
@@ -107,6 +111,22 @@ class WorkerRuntime:
     def freshness(self) -> Bm25Freshness:
         return self._once("_freshness", lambda: Bm25Freshness(self.redis))
 
+    @property
+    def contextualizer(self) -> LlmContextualizer | None:
+        """The LLM context source when ``context.source`` is ``llm``, else None."""
+        settings = self.settings
+        if settings.context.source != "llm":
+            return None
+        return self._once("_contextualizer", lambda: build_contextualizer(
+            settings.context, counter=self.counter, cache=PostgresContextCache(self.shared_pool), redis=self.redis))
+
+    @property
+    def chunk_registry(self) -> RedisChunkRegistry | None:
+        """The entropy filter's memory across documents, when the filter is on."""
+        if not self.settings.entropy.enabled:
+            return None
+        return self._once("_chunk_registry", lambda: RedisChunkRegistry(self.redis))
+
     def pending_documents(self) -> int:
         """Documents waiting in the ingest and embed queues (queued messages × events per message)."""
         pipe = self.redis.pipeline(transaction=False)
@@ -184,7 +204,7 @@ class WorkerRuntime:
 
     def close(self) -> None:
         with self._lock:
-            for name in ("_batcher", "_searcher"):
+            for name in ("_batcher", "_searcher", "_contextualizer"):
                 if name in self.__dict__:
                     self.__dict__.pop(name).close()
             self._pools.close()

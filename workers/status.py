@@ -11,6 +11,7 @@ from pipeline.deadletters import dead_letter_count, recent_dead_letters
 from pipeline.errors import ShardfuseError
 from pipeline.settings import Settings
 from pipeline.store import ShardPools
+from pipeline.store.inspection import chunk_quality
 from workers import monitor
 from workers.stack import StackState
 
@@ -54,6 +55,8 @@ def _database_status(settings: Settings) -> dict[str, Any]:
         for store in pools.stores():
             try:
                 zones = store.zone_counts()
+                quality = chunk_quality(store)
+                zones = [{**zone, **quality.get(zone["zone"], {})} for zone in zones]
                 skipped.extend({"shard": store.shard, **row} for row in store.skipped_documents(limit=10))
             except psycopg.errors.UndefinedTable:
                 zones = []  # no worker has created this shard's tables yet
@@ -90,6 +93,12 @@ def format_status(status: dict[str, Any]) -> str:
         for zone in shard["zones"]:
             lines.append(f"shard {shard['shard']}  zone {zone['zone']}: {zone['documents']} documents, "
                          f"{zone['chunks']} chunks, {zone['skipped']} skipped, {zone['deleted']} deleted")
+            if zone.get("dropped"):
+                lines.append("           chunks dropped by the entropy filter: " + ", ".join(
+                    f"{count} {reason}" for reason, count in sorted(zone["dropped"].items())))
+            if zone.get("backfill_documents"):
+                lines.append(f"           waiting for LLM contexts: {zone['backfill_chunks']} chunk(s) of "
+                             f"{zone['backfill_documents']} document(s) (shardfuse backfill-context)")
     if "dead_letters" in status:
         lines.append(f"dead letters: {status['dead_letters']}")
     for row in status.get("failed", []):

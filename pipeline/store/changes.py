@@ -29,6 +29,10 @@ class DocumentChange:
     embeddings: npt.NDArray[np.float32] | None = field(default=None, compare=False)
     line_count: int = 0
     reason: str | None = None
+    # Chunks the entropy filter dropped, by reason; stored on the document row.
+    dropped: dict[str, int] = field(default_factory=dict, compare=False)
+    # Apply at the same seq too (a re-index of what the shard holds, e.g. backfill-context).
+    refresh: bool = False
 
     def __post_init__(self) -> None:
         if self.status is DocStatus.INDEXED:

@@ -13,11 +13,13 @@ from pipeline.store.changes import DocumentChange
 CHUNK_COLUMNS: tuple[str, ...] = (
     "chunk_id", "zone", "path", "seq", "ordinal", "text", "start_char", "end_char",
     "start_line", "end_line", "token_count", "chunk_hash", "metadata", "symbols", "embedding",
+    "language", "heading_path", "context", "context_source",
 )  # fmt: skip
 # PostgreSQL types in column order: binary COPY needs them spelled out.
 CHUNK_TYPES: tuple[str, ...] = (
     "text", "text", "text", "int8", "int4", "text", "int4", "int4",
     "int4", "int4", "int4", "text", "jsonb", "jsonb", "vector",
+    "text", "text[]", "text", "text",
 )  # fmt: skip
 
 
@@ -46,4 +48,8 @@ def chunk_rows(change: DocumentChange) -> Iterator[tuple[Any, ...]]:
             metadata,
             None if symbols is None else Jsonb(symbols),  # NULL: not code, or code that defines nothing
             embedding,
+            chunk.language,
+            list(chunk.heading_path),
+            chunk.context.replace("\x00", "\ufffd"),
+            None if chunk.context_source is None else chunk.context_source.value,
         )

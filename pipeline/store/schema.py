@@ -59,6 +59,16 @@ CREATE INDEX IF NOT EXISTS documents_status ON {schema}.documents (status) WHERE
 _ADDED_CHUNK_COLUMNS: dict[str, str] = {
     # {"symbols": [...], "primary": ..., "role": ...} for code chunks (pipeline.symbols), NULL otherwise.
     "symbols": "ALTER TABLE {schema}.chunks ADD COLUMN IF NOT EXISTS symbols jsonb",
+    # The code's language, the outline position, and the situating context (pipeline.context).
+    "language": "ALTER TABLE {schema}.chunks ADD COLUMN IF NOT EXISTS language text",
+    "heading_path": "ALTER TABLE {schema}.chunks ADD COLUMN IF NOT EXISTS heading_path text[] NOT NULL DEFAULT '{{}}'",
+    "context": "ALTER TABLE {schema}.chunks ADD COLUMN IF NOT EXISTS context text NOT NULL DEFAULT ''",
+    "context_source": "ALTER TABLE {schema}.chunks ADD COLUMN IF NOT EXISTS context_source text",
+}
+# Columns added to ``documents`` after shards existed.
+_ADDED_DOCUMENT_COLUMNS: dict[str, str] = {
+    # Chunks the entropy filter dropped, by reason: {"duplicate": 2, ...}; NULL when none.
+    "dropped": "ALTER TABLE {schema}.documents ADD COLUMN IF NOT EXISTS dropped jsonb",
 }
 
 _SHARED_DDL = """
@@ -85,6 +95,16 @@ CREATE TABLE IF NOT EXISTS {schema}.embedding_cache (
     embedding   vector      NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (provider, model, dimensions, chunk_hash)
+);
+-- LLM chunk contexts by document and chunk (pipeline/store/context_cache.py).
+CREATE TABLE IF NOT EXISTS {schema}.context_cache (
+    doc_hash        text        NOT NULL,
+    chunk_hash      text        NOT NULL,
+    model           text        NOT NULL,
+    prompt_version  text        NOT NULL,
+    context         text        NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (doc_hash, chunk_hash, model, prompt_version)
 );
 """
 
@@ -113,9 +133,10 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
             )
         ddl = sql.SQL(_SHARD_DDL).format(schema=sql.Identifier(schema), dimensions=sql.Literal(dimensions))
         conn.execute(ddl)
-        for column, statement in _ADDED_CHUNK_COLUMNS.items():
-            if _chunk_column(conn, schema, column) is None:
-                conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+        for table, added in (("chunks", _ADDED_CHUNK_COLUMNS), ("documents", _ADDED_DOCUMENT_COLUMNS)):
+            for column, statement in added.items():
+                if _column(conn, schema, column, table=table) is None:
+                    conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
         conn.execute(index_state_ddl(schema))
         # The HNSW index, unless a bulk load deferred it: then the maintenance task builds it, not start-up.
         if not is_deferred(conn, schema):
@@ -130,18 +151,18 @@ def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:
 
 
 def _embedding_dimensions(conn: psycopg.Connection[object], schema: str) -> int | None:
-    return _chunk_column(conn, schema, "embedding")
+    return _column(conn, schema, "embedding", table="chunks")
 
 
-def _chunk_column(conn: psycopg.Connection[object], schema: str, column: str) -> int | None:
-    """The type modifier of a column of the shard's ``chunks`` (a vector's dimensions; -1 for types
+def _column(conn: psycopg.Connection[object], schema: str, column: str, *, table: str) -> int | None:
+    """The type modifier of a column of one of the shard's tables (a vector's dimensions; -1 for types
     without one), or None when the table or the column does not exist."""
     row = conn.execute(
         """
         SELECT a.atttypmod FROM pg_attribute a
         JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %s AND c.relname = 'chunks' AND a.attname = %s AND NOT a.attisdropped
+        WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND NOT a.attisdropped
         """,
-        (schema, column),
+        (schema, table, column),
     ).fetchone()
     return int(row[0]) if row else None  # type: ignore[index]

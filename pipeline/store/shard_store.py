@@ -66,6 +66,13 @@ class ChunkRecord:
         )
 
 
+def _newer(change: DocumentChange, stored_seq: int) -> bool:
+    """The version rule: a change applies when its seq is newer than the shard's (or equal, for a refresh
+    of what the shard holds)."""
+    seq = change.event.seq
+    return seq > stored_seq or (change.refresh and seq == stored_seq)
+
+
 _RECORD_COLUMNS = sql.SQL("chunk_id, zone, path, start_line, end_line, text, metadata, symbols")
 
 
@@ -144,14 +151,14 @@ class ShardStore:
                 (zones, paths),
             )
             stored = {(z, p): int(seq) for z, p, seq in cur.fetchall()}
-            fresh = [latest[k] for k in keys if latest[k].event.seq > stored[k]]
+            fresh = [latest[k] for k in keys if _newer(latest[k], stored[k])]
             if fresh:
                 self._replace(cur, fresh)
         return [
             ApplyOutcome(
                 key=k,
                 seq=latest[k].event.seq,
-                applied=latest[k].event.seq > stored[k],
+                applied=_newer(latest[k], stored[k]),
                 stored_seq=None if stored[k] < 0 else stored[k],
             )
             for k in keys
@@ -179,7 +186,7 @@ class ShardStore:
             self._q(
                 "UPDATE {s}.documents SET seq = %s, status = %s, content_hash = %s, event_id = %s, "
                 "size = %s, mime = %s, reason = %s, chunk_count = %s, token_count = %s, line_count = %s, "
-                "metadata = %s, updated_at = now() WHERE zone = %s AND path = %s"
+                "metadata = %s, dropped = %s, updated_at = now() WHERE zone = %s AND path = %s"
             ),
             [
                 (
@@ -194,6 +201,7 @@ class ShardStore:
                     sum(ch.token_count for ch in c.chunks),
                     c.line_count,
                     Jsonb(c.event.metadata) if c.event.metadata else None,
+                    Jsonb(c.dropped) if c.dropped else None,
                     c.event.zone,
                     c.event.path,
                 )
@@ -281,7 +289,11 @@ class ShardStore:
             conn.cursor(name=f"bm25_shard_{self.shard}") as cur,
         ):
             cur.itersize = batch_size
-            cur.execute(self._q("SELECT chunk_id, zone, text FROM {s}.chunks ORDER BY chunk_id"))
+            # What BM25 indexes is what was embedded: the situating context, then the chunk.
+            cur.execute(self._q(
+                "SELECT chunk_id, zone, CASE WHEN context = '' THEN text ELSE context || E'\\n\\n' || text END "
+                "FROM {s}.chunks ORDER BY chunk_id"
+            ))
             yield from cur
 
     def zone_counts(self) -> list[dict[str, Any]]:

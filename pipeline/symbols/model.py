@@ -12,6 +12,7 @@ class Role(enum.StrEnum):
     COMPLETE = "complete"  # the chunk holds a whole definition, header to end
     DECLARATION = "declaration"  # its header/signature, but not its end
     BODY = "body"  # no header: it continues a definition begun in an earlier chunk
+    MIXED = "mixed"  # several whole definitions, or definitions with other code (the code chunker merges small ones)
 
 
 class Language(enum.StrEnum):

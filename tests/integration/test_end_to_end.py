@@ -249,10 +249,9 @@ def test_a_message_of_many_events_settles_each_event_on_its_own(stack: Stack) ->
 
 def test_a_bulk_load_defers_the_hnsw_index_and_the_maintenance_pool_builds_it_after(stack: Stack) -> None:
     from pipeline.store import ShardPools
-    from workers.stack.layout import StackLayout
-
     from workers.app_factory import create_app
     from workers.names import Queue
+    from workers.stack.layout import StackLayout
 
     log = StackLayout(stack.settings.data_path).log_file("worker-embed")
     dropped_before = log.read_text().count("HNSW index dropped for a bulk load")

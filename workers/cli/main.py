@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from pipeline.errors import ShardfuseError
 from pipeline.settings import Settings, load_settings
-from workers.cli import content, evaluate, operations, querying
+from workers.cli import chunks, content, evaluate, operations, querying
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     operations.register(sub)
     content.register(sub)
+    chunks.register(sub)
     querying.register(sub)
     evaluate.register(sub)
     return parser

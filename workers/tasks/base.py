@@ -59,6 +59,8 @@ class PipelineTask(Task):  # type: ignore[misc]
         key: str,
         items: Sequence[Any],
         work: Callable[[Sequence[Any]], tuple[dict[str, Any], list[tuple[Any, BaseException]]]],
+        *,
+        carry: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Run ``work`` over a message of several items (``key`` names one: ``event``, ``document``), which
         returns a summary and the items that failed, each with its error.
@@ -66,7 +68,8 @@ class PipelineTask(Task):  # type: ignore[misc]
         Each item is settled on its own: a permanent failure is dead-lettered alone, transient ones are
         retried together in a new message holding only them (re-published before this one is acknowledged),
         and dead-lettered one by one when the retry budget is spent. The items that succeeded stay done.
-        A failure of the whole of ``work`` (say the database is down) counts for every item.
+        A failure of the whole of ``work`` (say the database is down) counts for every item. ``carry`` holds
+        the message's other arguments, which the retry message keeps.
         """
         try:
             summary, failures = work(items)
@@ -88,7 +91,8 @@ class PipelineTask(Task):  # type: ignore[misc]
             countdown = min(60, 2 ** self.request.retries)
             log.warning("%s: %d of %d %ss failed (attempt %d), retrying them in %ds: %r", self.name,
                         len(transient), len(items), key, attempts, countdown, first)
-            raise self.retry(kwargs={f"{key}s": [item for item, _ in transient]}, exc=first, countdown=countdown,
+            kwargs = {**(carry or {}), f"{key}s": [item for item, _ in transient]}
+            raise self.retry(kwargs=kwargs, exc=first, countdown=countdown,
                              max_retries=self.runtime.settings.workers.max_retries)
         return summary | {"dead_letters": len(dead)}
 

@@ -17,8 +17,10 @@ _limits = app.shardfuse_settings.workers.ingest_limits
 
 @app.task(name=Task.INGEST.value, bind=True, base=PipelineTask,
           soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
-def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = None) -> dict[str, Any]:
-    """Ingest the events of one message (``events``; ``event`` is the one-event form).
+def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = None,
+           refresh: bool = False) -> dict[str, Any]:
+    """Ingest the events of one message (``events``; ``event`` is the one-event form). ``refresh``
+    re-indexes the seq a shard holds (``shardfuse backfill-context``).
 
     The documents they produce go on to the embed stage together, in one message: the publisher's grouping
     of events carries through, and the embed workers receive documents by the dozen, not one at a time.
@@ -33,7 +35,9 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
         for raw in items:
             try:
                 outcome = ingest_event(parse_event(raw), settings=runtime.settings, cas=runtime.cas,
-                                       stores=runtime.stores, counter=runtime.counter)
+                                       stores=runtime.stores, counter=runtime.counter,
+                                       contextualizer=runtime.contextualizer, registry=runtime.chunk_registry,
+                                       refresh=refresh)
             except Exception as exc:  # noqa: BLE001 - settled per event by guarded_each
                 failures.append((raw, exc))
                 continue
@@ -48,4 +52,4 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
             self.schedule_bm25(shard)
         return dict(results), failures
 
-    return self.guarded_each("event", message_items(event, events), work)
+    return self.guarded_each("event", message_items(event, events), work, carry={"refresh": refresh})

@@ -1,0 +1,108 @@
+"""``shardfuse explain-chunks`` (how a file would be chunked, scored and contextualized) and
+``shardfuse backfill-context`` (LLM contexts for chunks that fell back to headings)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipeline.decode import Skipped, decode_content
+from pipeline.entropy import filter_chunks
+from pipeline.errors import ConfigurationError
+from pipeline.preparation import filter_settings, prepare_chunks
+from pipeline.settings import Settings
+from pipeline.store import ShardPools
+from pipeline.store.inspection import backfill_events
+from pipeline.tokens import TokenCounter
+from workers.publishing import CeleryEventSink
+
+
+def register(sub: Any) -> None:
+    explain = sub.add_parser("explain-chunks",
+                             help="show how a file is chunked: each chunk's lines, symbols, score, fate and context")
+    explain.add_argument("path", type=Path, metavar="PATH", help="a local file")
+    explain.add_argument("--zone", required=True, help="the zone it would be published to")
+    explain.add_argument("--as", dest="as_path", metavar="NAME",
+                         help="the document path it would have (default: PATH as given)")
+    explain.add_argument("--json", action="store_true", help="one JSON object per chunk")
+    explain.set_defaults(handler=run_explain)
+    backfill = sub.add_parser("backfill-context",
+                              help="re-index the documents whose chunks wait for an LLM context")
+    backfill.add_argument("--zone", required=True)
+    backfill.set_defaults(handler=run_backfill)
+
+
+def run_explain(args: argparse.Namespace, settings: Settings) -> int:
+    """Chunks and scores a local file as ingest would (headings context; no LLM call is made)."""
+    try:
+        raw = args.path.read_bytes()
+    except OSError as exc:
+        print(f"shardfuse explain-chunks: cannot read {args.path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    decoded = decode_content(raw, max_bytes=settings.limits.max_file_bytes)
+    if isinstance(decoded, Skipped):
+        print(f"{args.path}: not indexed: {decoded.reason}")
+        return 0
+    name = args.as_path or args.path.as_posix()
+    counter = TokenCounter(settings.chunking.encoding)
+    headings = settings.model_copy(update={"context": settings.context.model_copy(update={"source": "headings"})})
+    prepared = prepare_chunks(decoded.text, path=name, doc_hash="explain", settings=headings, counter=counter)
+    # The verdicts are shown even with the filter off, to see what it would do.
+    verdicts = prepared.verdicts or tuple(
+        filter_chunks([c.text for c in prepared.candidates], counter=counter, settings=filter_settings(settings)))
+    kept = iter(prepared.chunks)
+    rows = []
+    for chunk, verdict in zip(prepared.candidates, verdicts, strict=True):
+        dropped = settings.entropy.enabled and not verdict.kept
+        context = "" if dropped else next(kept).context
+        if verdict.kept:
+            fate = "kept"
+        elif dropped:
+            fate = f"dropped ({verdict.reason})"
+        else:
+            fate = f"kept (filter off; would drop: {verdict.reason})"
+        rows.append({
+            "ordinal": chunk.ordinal, "lines": [chunk.start_line, chunk.end_line], "tokens": chunk.token_count,
+            "heading_path": list(chunk.heading_path), "symbols": chunk.symbols.to_json(),
+            "score": verdict.score, "entity_novelty": verdict.entity_novelty,
+            "semantic_novelty": verdict.semantic_novelty, "entropy_bits": round(verdict.entropy_bits, 3),
+            "fate": fate, "context": context,
+        })
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    state = "on" if settings.entropy.enabled else "off"
+    print(f"{name} in zone {args.zone}: {len(rows)} chunk(s), {len(prepared.chunks)} kept "
+          f"(entropy filter {state}, threshold {settings.entropy.threshold})")
+    for row in rows:
+        score = "-" if row["score"] is None else f"{row['score']:.2f}"
+        symbols = row["symbols"] or {}
+        where = " > ".join(row["heading_path"]) or (symbols.get("primary") or "")
+        print(f"#{row['ordinal']:<3} lines {row['lines'][0]}-{row['lines'][1]:<6} {row['tokens']:>4} tok  "
+              f"score {score:>4}  entropy {row['entropy_bits']:.2f}  {row['fate']}")
+        if where:
+            print(f"     {where}")
+        if row["context"]:
+            print(f"     context: {row['context']}")
+    return 0
+
+
+def run_backfill(args: argparse.Namespace, settings: Settings) -> int:
+    """Re-publishes, at their own seq, the zone's documents that have chunks marked for backfill."""
+    if settings.context.source != "llm":
+        raise ConfigurationError(
+            f"context.source is {settings.context.source!r}: backfill-context needs the llm source "
+            "(SHARDFUSE_CONTEXT__SOURCE=llm and a chat model the workers can reach)"
+        )
+    with ShardPools(settings, min_size=1, max_size=1) as pools:
+        events = [event for store in pools.stores() for event in backfill_events(store, args.zone)]
+    with CeleryEventSink.connect(settings, refresh=True) as sink:
+        for event in events:
+            sink.send(event)
+    print(f"re-published {len(events)} document(s) of zone {args.zone!r} for LLM contexts "
+          f"({sink.messages} message(s)); `shardfuse wait` waits for them")
+    return 0
