@@ -37,6 +37,7 @@ demo: install
 	$(SF) search "how are a document's old chunks replaced atomically" --zone $(DEMO_ZONE) -k 3
 	$(SF) search "reciprocal rank fusion" --zone $(DEMO_ZONE) -k 3
 	$(SF) search "gitignore" --zone $(DEMO_ZONE) --mode keyword -k 3
+	$(SF) search "prepare_chunks" --zone $(DEMO_ZONE) -k 3    # a function's name finds its definition
 	@echo
 	@echo "The stack is still running (see .venv/bin/shardfuse status)."
 	@echo "Query it:  .venv/bin/shardfuse search 'your question' --zone $(DEMO_ZONE)"

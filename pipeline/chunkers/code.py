@@ -59,6 +59,12 @@ def code_spans(text: str, *, language: str, counter: TokenCounter, budget: Chunk
     require_language(language)
     if not text.strip():
         return []
+    header = _file_header_end(text, language)
+    if header and counter.count(text[:header]) <= budget.max_tokens:
+        # A file's leading comment block (licence, copyright) is a span of its own: the same text in every
+        # file of a project, which the embedding cache and the entropy filter can then recognise.
+        rest = code_spans(text[header:], language=language, counter=counter, budget=budget)
+        return [Span(0, header), *(Span(s.start + header, s.end + header, s.heading_path, s.symbols) for s in rest)]
     units = layout(text, language)
     packer = _Packer(text, counter, budget.max_tokens)
     pieces: list[_Piece] = []
@@ -74,6 +80,38 @@ def code_spans(text: str, *, language: str, counter: TokenCounter, budget: Chunk
         for piece in pieces
         if not text[piece.start : piece.end].isspace()
     ]
+
+
+# Lines of a file's leading comment block that make it a header of its own.
+_HEADER_MIN_LINES = 3
+
+
+def _file_header_end(text: str, language: str) -> int:
+    """Where the file's leading comment block ends (after its last line and the blank lines after it), when
+    it has at least :data:`_HEADER_MIN_LINES` comment lines and code follows; else 0. Python comments are
+    ``#`` lines (a shebang or coding line counts as one); brace languages use ``//`` lines or one ``/* */``
+    block."""
+    offset = lines = 0
+    in_block = False
+    line_comment = "#" if language == "python" else "//"
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if in_block:
+            in_block = "*/" not in stripped
+            lines += 1
+        elif stripped.startswith(line_comment):
+            lines += 1
+        elif language != "python" and stripped.startswith("/*"):
+            in_block = "*/" not in stripped[2:]
+            lines += 1
+        elif stripped and lines:
+            break
+        elif stripped:
+            return 0
+        offset += len(line)
+    if in_block or lines < _HEADER_MIN_LINES or offset >= len(text) or not text[offset:].strip():
+        return 0
+    return offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,11 +46,13 @@ class ChunkRecord:
     symbols: tuple[str, ...] = ()
     primary_symbol: str | None = None
     role: str | None = None
+    language: str | None = None
+    heading_path: tuple[str, ...] = ()
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ChunkRecord:
         """From a row of :data:`_RECORD_COLUMNS`."""
-        chunk_id, zone, path, start_line, end_line, text, metadata, symbols = row
+        chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path = row
         parsed = ChunkSymbols.from_json(symbols)
         return cls(
             chunk_id=chunk_id,
@@ -63,6 +65,8 @@ class ChunkRecord:
             symbols=parsed.symbols,
             primary_symbol=parsed.primary_symbol,
             role=None if parsed.role is None else parsed.role.value,
+            language=language,
+            heading_path=tuple(heading_path or ()),
         )
 
 
@@ -73,7 +77,9 @@ def _newer(change: DocumentChange, stored_seq: int) -> bool:
     return seq > stored_seq or (change.refresh and seq == stored_seq)
 
 
-_RECORD_COLUMNS = sql.SQL("chunk_id, zone, path, start_line, end_line, text, metadata, symbols")
+_RECORD_COLUMNS = sql.SQL(
+    "chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path"
+)
 
 
 class ShardStore:

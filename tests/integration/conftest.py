@@ -76,6 +76,24 @@ class _PublisherContext:
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
+    overrides = {
+        "SHARDFUSE_EMBEDDER__PROVIDER": "hashing",
+        "SHARDFUSE_BM25__REBUILD_DEBOUNCE_S": "0.2",
+        # Small enough that one test's load (test_end_to_end's bulk load) defers the HNSW index, large
+        # enough that the other tests' few documents never do.
+        "SHARDFUSE_VECTOR_INDEX__DEFER_MIN_ROWS": "150",
+        "SHARDFUSE_VECTOR_INDEX__BUILD_DEBOUNCE_S": "0.5",
+        "SHARDFUSE_SHARDS": "2",
+    }
+    with running_stack(overrides, keep_env=True) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_stack(overrides: dict[str, str], *, keep_env: bool) -> Iterator[Stack]:
+    """A whole stack on free ports in a new folder, configured by ``overrides`` (environment variables,
+    which its processes inherit). With ``keep_env`` they stay set in this process until the stack stops
+    (the session's stack: in-process CLI calls see it); otherwise they are restored once it is up."""
     # Not under pytest's tmp dir: pytest resets it to mode 0700 at every session start, and PostgreSQL,
     # running as its own system user when the tests run as root, must be able to enter every parent.
     data_dir = Path(tempfile.mkdtemp(prefix="shardfuse-test-"))
@@ -86,20 +104,27 @@ def stack() -> Iterator[Stack]:
         "SHARDFUSE_BROKER__RESULT_BACKEND": f"redis://127.0.0.1:{redis_port}/1",
         "SHARDFUSE_POSTGRES__DSN": f"postgresql://postgres@127.0.0.1:{pg_port}/shardfuse",
         "SHARDFUSE_STACK__FLOWER_PORT": str(flower_port),
-        "SHARDFUSE_EMBEDDER__PROVIDER": "hashing",
-        "SHARDFUSE_BM25__REBUILD_DEBOUNCE_S": "0.2",
-        # Small enough that one test's load (test_end_to_end's bulk load) defers the HNSW index, large
-        # enough that the other tests' few documents never do.
-        "SHARDFUSE_VECTOR_INDEX__DEFER_MIN_ROWS": "150",
-        "SHARDFUSE_VECTOR_INDEX__BUILD_DEBOUNCE_S": "0.5",
-        "SHARDFUSE_SHARDS": "2",
+        **overrides,
     }
     saved = {k: os.environ.get(k) for k in overrides}
+
+    def restore() -> None:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
     os.environ.update(overrides)  # the worker processes inherit these
-    settings = load_settings()
-    state = up(settings, progress=lambda line: None, timeout=180)
     try:
-        yield Stack(settings=settings, state=state, env=dict(os.environ))
+        settings = load_settings()
+        state = up(settings, progress=lambda line: None, timeout=180)
+        env = dict(os.environ)
+    finally:
+        if not keep_env:
+            restore()
+    try:
+        yield Stack(settings=settings, state=state, env=env)
     finally:
         pids = [c.pid for c in state.components.values()]
         children = []
@@ -107,11 +132,8 @@ def stack() -> Iterator[Stack]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 children.extend(p.pid for p in psutil.Process(pid).children(recursive=True))
         stopped = down(settings, timeout=30)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        if keep_env:
+            restore()
         time.sleep(0.5)
         left = [pid for pid in pids + children if psutil.pid_exists(pid)
                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]

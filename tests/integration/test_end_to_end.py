@@ -18,6 +18,9 @@ from tests.integration.conftest import Stack
 pytestmark = pytest.mark.integration
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 def _paths(answer: dict) -> list[str]:
     return [hit["path"] for hit in answer["results"]]
 
@@ -280,6 +283,23 @@ def test_a_bulk_load_defers_the_hnsw_index_and_the_maintenance_pool_builds_it_af
             assert valid == (True,)
     hits = stack.search("bulk document 417 about the numbat 1", "bulk", mode="semantic", k=5)["results"]
     assert hits and hits[0]["path"] == "b0417.txt"
+
+
+def test_a_query_naming_a_function_finds_the_chunk_that_defines_it(stack: Stack) -> None:
+    files = ["pipeline/chunking.py", "pipeline/preparation.py", "pipeline/ingest.py", "docs/architecture.md"]
+    with stack.publisher() as publisher:
+        for name in files:
+            publisher.write(zone="code", path=name, data=(REPO / name).read_bytes())
+    stack.wait()
+    for mode in ("hybrid", "keyword"):
+        top = stack.search("prepare_chunks", "code", mode=mode, k=3)["results"][0]
+        assert (top["path"], top["primary_symbol"], top["language"]) == ("pipeline/preparation.py", "prepare_chunks",
+                                                                        "python")
+        text = (REPO / "pipeline/preparation.py").read_text(encoding="utf-8")
+        def_line = text[: text.index("def prepare_chunks(")].count("\n") + 1
+        assert top["start_line"] <= def_line <= top["end_line"] and "prepare_chunks" in top["symbols"]
+    doc = stack.search("how are a document's old chunks replaced atomically", "code", k=3)["results"]
+    assert any(hit["heading_path"][-1:] == ["How a document's chunks are replaced atomically"] for hit in doc)
 
 
 def test_a_second_up_starts_nothing_and_keeps_every_process(stack: Stack) -> None:

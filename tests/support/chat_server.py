@@ -127,6 +127,11 @@ class FakeChatServer(FakeOpenAIServer):
         """Behave like a crashed server from now on (see the module docstring)."""
         self._down.set()
 
+    def come_back(self) -> None:
+        """Answer again, as a server restarted on the same address would (and forget ``stop_after``)."""
+        self.stop_after = None
+        self._down.clear()
+
     def __enter__(self) -> FakeChatServer:
         self.start()
         return self

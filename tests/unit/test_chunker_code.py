@@ -397,3 +397,24 @@ def _extent(lines: list[str], symbol: str, *, after: int = 1) -> tuple[int, int]
             return header, header
     closing = next(i for i in range(header + 1, len(lines) + 1) if re.match(rf"{indent}[}}]", lines[i - 1]))
     return header, closing
+
+
+LICENCE = "".join(f"# Licence line {i}: the same in every file of the project.\n" for i in range(15))
+
+
+def test_a_leading_licence_block_is_a_span_of_its_own(counter: TokenCounter) -> None:
+    body = "import os\n\n\ndef handler_{i}(event):\n    return os.getenv(event) or {i}\n"
+    files = [LICENCE + body.format(i=i) for i in range(3)]
+    firsts = set()
+    for text in files:
+        spans = _spans(text, "python", counter, 512)
+        assert_invariants(text, spans, counter, 512)
+        firsts.add(text[spans[0].start : spans[0].end])
+        assert spans[0].symbols.symbols == () and spans[1].symbols.primary_symbol is not None
+    assert firsts == {LICENCE}  # identical text in every file: one embedding, one filter decision
+    c_file = "/*\n * Copyright 2026 Example\n * Licensed under MIT\n */\n#include <stdio.h>\n"
+    c_file += "int main(void) {\n  return 0;\n}\n"
+    spans = _spans(c_file, "c", counter, 512)
+    assert c_file[spans[0].start : spans[0].end].endswith(" */\n") and spans[1].symbols.primary_symbol == "main"
+    short = "# one comment line\nimport os\n"
+    assert len(_spans(short, "python", counter, 512)) == 1  # one or two comment lines are not a header

@@ -97,8 +97,10 @@ def format_results(answer: dict[str, Any], *, snippet_chars: int = 160) -> str:
         legs = ", ".join(
             f"{name} #{hit[f'{name}_rank']}" for name in ("keyword", "vector") if hit.get(f"{name}_rank")
         )
+        where = hit.get("primary_symbol") or " > ".join(hit.get("heading_path") or [])
+        role = f" ({hit['role']})" if hit.get("primary_symbol") and hit.get("role") else ""
         lines.append(f"{hit['rank']:>3}. {hit['path']}:{hit['start_line']}-{hit['end_line']}  "
-                     f"score {hit['score']:.4f}  [{legs}]")
+                     f"{where + role + '  ' if where else ''}score {hit['score']:.4f}  [{legs}]")
         snippet = " ".join(hit["text"].split())
         if len(snippet) > snippet_chars:
             snippet = snippet[: snippet_chars - 1] + "…"
