@@ -90,6 +90,7 @@ def test_a_chat_server_dying_mid_run_loses_no_document_and_backfill_fills_the_ga
                   if z["zone"] == ZONE)
     assert waiting == len(backfill)
 
+    answered = chat.answered
     chat.come_back()
     out = llm_stack.cli("backfill-context", "--zone", ZONE).stdout
     assert f"re-published {len(backfill)} document(s)" in out
@@ -97,4 +98,6 @@ def test_a_chat_server_dying_mid_run_loses_no_document_and_backfill_fills_the_ga
     rows = _chunk_sources(llm_stack)
     assert {source for _, source, _ in rows} == {"llm"}
     assert all(context.startswith("Context:") for _, _, context in rows)
+    # Re-indexing asked the model only for the missing contexts: the others came from the context cache.
+    assert chat.answered - answered == sources.count("backfill")
     assert _indexed(llm_stack) == DOCUMENTS
