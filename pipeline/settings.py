@@ -234,6 +234,9 @@ class ZoneProfile(_Section):
 
 class QuerySettings(_Section):
     over_fetch: int = Field(default=3, ge=1)
+    # Each leg fetches at least this many candidates: fusion normalises scores over the legs' lists, so a
+    # small k fetching few would rank differently from k = 10 (a function's definition fell from 1st to 3rd).
+    min_leg_depth: int = Field(default=30, ge=1)
     rrf_k: int = Field(default=60, ge=1)
     max_k: int = Field(default=1000, ge=1)
     hnsw_ef_search: int = Field(default=100, ge=1)

@@ -115,7 +115,7 @@ class SearchService:
         settings = self._settings
         timings: dict[str, float] = {}
         plan = route(request.query) if _on(request.route, settings.router.enabled) else NEUTRAL
-        limit = math.ceil(request.k * settings.over_fetch * plan.limit_multiplier)
+        limit = max(math.ceil(request.k * settings.over_fetch * plan.limit_multiplier), settings.min_leg_depth)
 
         # The whole keyword leg runs while the query is embedded.
         keyword = (self._phases.submit(self._keyword_leg, request.query, request, limit)

@@ -49,7 +49,7 @@ class FakeShard:
 
 
 # Routing and boosts off: these tests pin fan-out, merging and fusion exactly.
-NEUTRAL_SETTINGS = QuerySettings(over_fetch=2, rrf_k=60, router=RouterSettings(enabled=False),
+NEUTRAL_SETTINGS = QuerySettings(over_fetch=2, min_leg_depth=1, rrf_k=60, router=RouterSettings(enabled=False),
                                  boosts=BoostSettings(enabled=False))
 
 
@@ -74,6 +74,15 @@ def test_legs_are_merged_across_shards_by_score_then_fused() -> None:
     # every shard was asked for k * over_fetch per leg, in the request's zone
     assert sorted(s0.calls) == [("keyword", "z", 6), ("vector", "z", 6)]
     assert answer["shards"]["queried"] == 2
+
+
+def test_a_small_k_still_fetches_the_minimum_depth_per_leg() -> None:
+    shard = FakeShard(0, keyword=[], vector=[], records={})
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(16),
+                            settings=NEUTRAL_SETTINGS.model_copy(update={"min_leg_depth": 30}))
+    service.search(SearchRequest(query="q", zone="z", k=3))
+    service.search(SearchRequest(query="q", zone="z", k=20))
+    assert [limit for _, _, limit in shard.calls] == [30, 30, 40, 40]  # max(k × over_fetch, 30)
 
 
 def test_modes_use_only_their_leg() -> None:
@@ -178,7 +187,8 @@ def test_every_shard_scores_with_the_zone_wide_statistics() -> None:
 
 def test_the_router_widens_the_fetch_for_complex_queries_and_reports_its_plan() -> None:
     shard = FakeShard(0, keyword=[], vector=[], records={})
-    service = SearchService(shards=[shard], embedder=HashingEmbedder(16), settings=QuerySettings(over_fetch=2))
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(16),
+                            settings=QuerySettings(over_fetch=2, min_leg_depth=1))
     service.search(SearchRequest(query="retry", zone="z", k=10))
     complex_query = ("how many trials compared aspirin versus placebo before 2010 and which of them "
                      "reported outcomes that changed after the follow-up?")
