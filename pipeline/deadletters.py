@@ -19,8 +19,12 @@ def record_dead_letter(
     reason: str,
     attempts: int,
 ) -> int:
-    """Store one failed message; returns its id."""
+    """Store one failed message; returns its id. The zone and path are read from the payload's event (an
+    ingest event, or an embed document's event) when it has one."""
+    document = payload.get("document")
     event = payload.get("event") if isinstance(payload.get("event"), dict) else None
+    if event is None and isinstance(document, dict) and isinstance(document.get("event"), dict):
+        event = document["event"]
     zone = event.get("zone") if event else payload.get("zone")
     path = event.get("path") if event else payload.get("path")
     with pool.connection() as conn:
@@ -53,3 +57,54 @@ def recent_dead_letters(pool: ConnectionPool[Any], *, limit: int = 10) -> list[d
         ).fetchall()
     keys = ("id", "task", "zone", "path", "error_class", "reason", "attempts", "last_failed")
     return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+_COLUMNS = ("id", "task", "zone", "path", "error_class", "reason", "attempts", "first_failed", "last_failed")
+
+
+def list_dead_letters(pool: ConnectionPool[Any], *, zone: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """Dead letters, newest first (of one zone, when given)."""
+    where = "WHERE zone = %s " if zone is not None else ""
+    params: tuple[Any, ...] = (zone, limit) if zone is not None else (limit,)
+    with pool.connection() as conn:
+        rows = conn.execute(
+            f"SELECT {', '.join(_COLUMNS)} FROM {SHARED_SCHEMA}.deadletters {where}ORDER BY id DESC LIMIT %s", params
+        ).fetchall()
+    return [dict(zip(_COLUMNS, row, strict=True)) for row in rows]
+
+
+def get_dead_letter(pool: ConnectionPool[Any], dead_id: int) -> dict[str, Any] | None:
+    """One dead letter with its payload, or None."""
+    with pool.connection() as conn:
+        row = conn.execute(
+            f"SELECT {', '.join(_COLUMNS)}, payload FROM {SHARED_SCHEMA}.deadletters WHERE id = %s", (dead_id,)
+        ).fetchone()
+    return None if row is None else dict(zip((*_COLUMNS, "payload"), row, strict=True))
+
+
+def take_dead_letters(pool: ConnectionPool[Any], ids: list[int] | None, send: Any) -> list[int]:
+    """Hand dead letters back to their tasks: ``send(task, payload)`` for each (all when ``ids`` is None),
+    and delete a row only in the transaction that sent it, so a failed send leaves it in place. Returns the
+    ids retried."""
+    retried: list[int] = []
+    with pool.connection() as conn:
+        query = f"SELECT id, task, payload FROM {SHARED_SCHEMA}.deadletters"
+        rows = conn.execute(query + (" WHERE id = ANY(%s)" if ids is not None else "") + " ORDER BY id",
+                            (ids,) if ids is not None else ()).fetchall()
+        conn.commit()  # each row below in a transaction of its own
+        for dead_id, task, payload in rows:
+            with conn.transaction():
+                conn.execute(f"DELETE FROM {SHARED_SCHEMA}.deadletters WHERE id = %s", (dead_id,))
+                send(task, payload)
+            retried.append(int(dead_id))
+    return retried
+
+
+def purge_dead_letters(pool: ConnectionPool[Any], *, zone: str | None = None) -> int:
+    """Delete dead letters (of one zone, when given); how many."""
+    with pool.connection() as conn:
+        if zone is None:
+            cur = conn.execute(f"DELETE FROM {SHARED_SCHEMA}.deadletters")
+        else:
+            cur = conn.execute(f"DELETE FROM {SHARED_SCHEMA}.deadletters WHERE zone = %s", (zone,))
+        return max(cur.rowcount, 0)

@@ -302,6 +302,41 @@ def test_a_query_naming_a_function_finds_the_chunk_that_defines_it(stack: Stack)
     assert any(hit["heading_path"][-1:] == ["How a document's chunks are replaced atomically"] for hit in doc)
 
 
+def test_dead_letters_can_be_listed_shown_retried_once_fixed_and_purged(stack: Stack) -> None:
+    import hashlib
+
+    from pipeline.cas import LocalContentStore
+    from workers.app_factory import create_app
+    from workers.names import Task
+
+    data = b"a document about the quokkaroo that arrived before its content"
+    content_hash = "sha256:" + hashlib.sha256(data).hexdigest()
+    early = {"op": "write", "zone": "dead", "path": "early.txt", "content_hash": content_hash, "size": len(data),
+             "seq": 1}
+    app = create_app(stack.settings)
+    app.send_task(Task.INGEST.value, kwargs={"event": early})
+    app.send_task(Task.INGEST.value, kwargs={"event": {**early, "path": "never.txt",
+                                                       "content_hash": "sha256:" + "c" * 64}})
+    stack.wait()
+    listed = json.loads(stack.cli("deadletters", "list", "--zone", "dead", "--json").stdout)
+    by_path = {row["path"]: row for row in listed}
+    assert set(by_path) == {"early.txt", "never.txt"}
+    assert by_path["early.txt"]["error_class"].endswith("ContentNotFoundError")
+    shown = json.loads(stack.cli("deadletters", "show", str(by_path["early.txt"]["id"])).stdout)
+    assert shown["payload"] == {"event": early} and shown["reason"]
+
+    LocalContentStore(stack.settings.cas_root).put(data)  # the content arrives
+    out = stack.cli("deadletters", "retry", str(by_path["early.txt"]["id"])).stdout
+    assert "retried 1 dead letter(s)" in out
+    stack.wait()
+    assert _paths(stack.search("quokkaroo", "dead", mode="keyword")) == ["early.txt"]
+    left = json.loads(stack.cli("deadletters", "list", "--zone", "dead", "--json").stdout)
+    assert [row["path"] for row in left] == ["never.txt"]
+    assert stack.cli("deadletters", "purge", "--zone", "dead", check=False).returncode == 2  # needs --yes
+    assert "purged 1 dead letter(s)" in stack.cli("deadletters", "purge", "--zone", "dead", "--yes").stdout
+    assert json.loads(stack.cli("deadletters", "list", "--zone", "dead", "--json").stdout) == []
+
+
 def test_a_second_up_starts_nothing_and_keeps_every_process(stack: Stack) -> None:
     before = {name: comp.pid for name, comp in stack.state.components.items()}
     again = stack.cli("up", "--timeout", "60")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from pipeline.errors import ShardfuseError
 from pipeline.settings import Settings, load_settings
-from workers.cli import chunks, content, evaluate, operations, querying
+from workers.cli import chunks, content, deadletters, evaluate, operations, querying
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     operations.register(sub)
     content.register(sub)
     chunks.register(sub)
+    deadletters.register(sub)
     querying.register(sub)
     evaluate.register(sub)
     return parser
