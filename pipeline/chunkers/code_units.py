@@ -27,13 +27,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from pipeline.symbols import _EXTRACTORS, Language
-from pipeline.symbols.braces import _NOT_BEFORE_NAME, _NOT_NAMES, BraceLanguage, Header, _blank, _Tokens
+from pipeline.symbols import EXTRACTORS, Language
+from pipeline.symbols.braces import NOT_BEFORE_NAME, NOT_NAMES, BraceLanguage, BraceTokens, Header, blank_literal
 from pipeline.symbols.model import Kind
 
 # The brace languages are whatever pipeline.symbols reads with brace patterns.
 BRACE_LANGUAGES: dict[str, BraceLanguage] = {
-    str(name): extractor for name, extractor in _EXTRACTORS.items() if isinstance(extractor, BraceLanguage)
+    str(name): extractor for name, extractor in EXTRACTORS.items() if isinstance(extractor, BraceLanguage)
 }
 LANGUAGES: frozenset[str] = frozenset({Language.PYTHON, *BRACE_LANGUAGES})
 
@@ -238,12 +238,12 @@ class _BraceScan:
         self.text = text
         self.lines = _Lines(text)
         # One line end before the text, as pipeline.symbols expects: header patterns start with one.
-        self.code = "\n" + language.literals.sub(_blank, text)
+        self.code = "\n" + language.literals.sub(blank_literal, text)
         self.uncommented = language.literals.sub(_blank_comment, text)  # strings kept: they are code
-        self.tokens = _Tokens.scan(self.code)
+        self.tokens = BraceTokens.scan(self.code)
         self.braces, self.parens, self.levels = self._depths()
         every = self._headers(language.headers)
-        self.header_starts = [h.start for h in every]  # where a bodiless definition stops (see _Tokens.end_of)
+        self.header_starts = [h.start for h in every]  # where a bodiless definition stops (see BraceTokens.end_of)
         self.definitions = sorted((h for h in every if h.header.kind is not Kind.CONSTANT), key=lambda h: h.name_at)
         self.name_offsets = [h.name_at for h in self.definitions]
 
@@ -295,9 +295,9 @@ class _BraceScan:
         for header in headers:
             for m in header.pattern.finditer(self.code):
                 name, at = m["name"], m.start("name")
-                if name in _NOT_NAMES or at - 1 in found:
+                if name in NOT_NAMES or at - 1 in found:
                     continue
-                if not _NOT_BEFORE_NAME.isdisjoint(self.code[m.start() : at].split()):
+                if not NOT_BEFORE_NAME.isdisjoint(self.code[m.start() : at].split()):
                     continue
                 i = bisect_left(self.tokens.pos, at)
                 found[at - 1] = _Header(
@@ -351,4 +351,4 @@ def _within(ranges: list[tuple[int, int]], offset: int) -> bool:
 
 def _blank_comment(match: re.Match[str]) -> str:
     s = match.group()
-    return _blank(match) if s.startswith(("//", "/*")) else s
+    return blank_literal(match) if s.startswith(("//", "/*")) else s

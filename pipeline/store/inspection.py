@@ -3,6 +3,7 @@ dropped, and which documents still wait for LLM contexts."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from psycopg import sql
@@ -16,7 +17,8 @@ def chunk_quality(store: ShardStore) -> dict[str, dict[str, Any]]:
     """Per zone: chunks dropped by the entropy filter by reason, and documents (and chunks) whose chunks
     wait for an LLM context."""
     schema = sql.Identifier(shard_schema(store.shard))
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = defaultdict(lambda: {"dropped": {}, "backfill_documents": 0,
+                                                          "backfill_chunks": 0})
     with store.pool.connection() as conn:
         dropped = conn.execute(
             sql.SQL(
@@ -31,13 +33,10 @@ def chunk_quality(store: ShardStore) -> dict[str, dict[str, Any]]:
             ).format(s=schema)
         ).fetchall()
     for zone, reason, count in dropped:
-        out.setdefault(zone, {"dropped": {}, "backfill_documents": 0, "backfill_chunks": 0})["dropped"][reason] = int(
-            count
-        )
+        out[zone]["dropped"][reason] = int(count)
     for zone, documents, chunks in pending:
-        row = out.setdefault(zone, {"dropped": {}, "backfill_documents": 0, "backfill_chunks": 0})
-        row["backfill_documents"], row["backfill_chunks"] = int(documents), int(chunks)
-    return out
+        out[zone]["backfill_documents"], out[zone]["backfill_chunks"] = int(documents), int(chunks)
+    return dict(out)
 
 
 def backfill_events(store: ShardStore, zone: str) -> list[WriteEvent]:

@@ -83,13 +83,13 @@ def extract_symbols(
 ) -> ChunkSymbols:
     """The symbols ``text`` (one chunk of a document in ``language``) defines, its primary symbol and
     role. Unknown or absent languages give :data:`NO_SYMBOLS`. See the package docstring for the rules."""
-    extractor = _EXTRACTORS.get(language) if language else None
+    extractor = EXTRACTORS.get(language) if language else None
     if extractor is None or not text:
         return NO_SYMBOLS
     return extractor.extract(text, starts_mid_line=starts_mid_line, ends_document=ends_document)
 
 
-_EXTRACTORS: dict[str, Extractor] = {
+EXTRACTORS: dict[str, Extractor] = {
     Language.PYTHON: PythonExtractor(),
     Language.JAVASCRIPT: braces.JS,
     Language.TYPESCRIPT: braces.JS,

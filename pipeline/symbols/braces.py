@@ -21,14 +21,14 @@ _TOKEN = re.compile(r"=>|[=!<>]=|[{}()\[\];=\n]")
 _CONTINUES_BEFORE = frozenset("=,([{+-*/%&|^?:<>!.")
 _CONTINUES_AFTER = frozenset(".?:|&+=")
 # Keywords that look like a name before `(`: `if (x) {`, `catch (e) {`, `else if (...)`.
-_NOT_NAMES = frozenset({
+NOT_NAMES = frozenset({
     "if", "for", "while", "switch", "catch", "return", "sizeof", "else", "do", "new", "delete", "throw",
     "function", "typeof", "await", "yield", "super", "this", "with", "case", "using", "lock", "fixed",
     "foreach", "synchronized", "assert", "try", "finally", "instanceof", "alignof", "decltype",
     "static_assert", "defined", "when", "match", "elif",
 })  # fmt: skip
 # Words that make `word name(...)` a statement rather than a header: `return f(x);`, `new Foo(x) {`.
-_NOT_BEFORE_NAME = frozenset({
+NOT_BEFORE_NAME = frozenset({
     "return", "new", "else", "throw", "await", "yield", "case", "goto", "typeof", "delete", "assert", "using",
     "import",
 })  # fmt: skip
@@ -37,7 +37,7 @@ _CLOSING_COMMENT = re.compile(r"\*/[ \t\r]*(?:\n|\Z)")
 
 
 @dataclass(frozen=True, slots=True)
-class _Tokens:
+class BraceTokens:
     """Brackets, semicolons, ``=`` and line ends of blanked text, with the depths before each."""
 
     pos: list[int]
@@ -48,7 +48,7 @@ class _Tokens:
     closes_outer: bool  # a "}" closes a brace opened before the chunk
 
     @classmethod
-    def scan(cls, code: str) -> _Tokens:
+    def scan(cls, code: str) -> BraceTokens:
         pos: list[int] = []
         tok: list[str] = []
         paren: list[int] = []
@@ -122,7 +122,7 @@ def _statement_ends(code: str, newline: int) -> bool:
     return k == len(code) or code[k] not in _CONTINUES_AFTER
 
 
-def _blank(match: re.Match[str]) -> str:
+def blank_literal(match: re.Match[str]) -> str:
     """A string or comment as spaces, keeping its line ends so that offsets and lines do not move."""
     s = match.group()
     return " " * len(s) if "\n" not in s else "\n".join(" " * len(part) for part in s.split("\n"))
@@ -136,7 +136,7 @@ class BraceLanguage:
     def extract(self, text: str, *, starts_mid_line: bool, ends_document: bool) -> ChunkSymbols:
         # One line end before the text: headers are found by patterns starting with a line end (see `header`),
         # and every offset below is into `code`.
-        code = "\n" + self.literals.sub(_blank, text)
+        code = "\n" + self.literals.sub(blank_literal, text)
         comment_end = _closing_comment_prefix(text)
         if comment_end:
             code = _blank_prefix(code, comment_end + 1)
@@ -148,15 +148,15 @@ class BraceLanguage:
         for header in self.headers:
             for m in header.pattern.finditer(code, first_line_end):
                 name = m["name"]
-                if name in _NOT_NAMES or m.start("name") in found:
+                if name in NOT_NAMES or m.start("name") in found:
                     continue
-                if not _NOT_BEFORE_NAME.isdisjoint(code[m.start() : m.start("name")].split()):
+                if not NOT_BEFORE_NAME.isdisjoint(code[m.start() : m.start("name")].split()):
                     continue
                 found[m.start("name")] = (m.start(), m.end("name"), name, header)
         indented = _first_line_indented(code, first_line_end)
         if not found:  # the common case of a chunk inside a long body: no extents to find
             return ChunkSymbols(role=Role.BODY) if indented or _closes_outer_brace(code) else NO_SYMBOLS
-        tokens = _Tokens.scan(code)
+        tokens = BraceTokens.scan(code)
         ordered = sorted(found.values())
         starts = [start for start, *_ in ordered]
         definitions: list[Definition] = []

@@ -11,17 +11,21 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+import psycopg
 import pytest
 
 from pipeline.cas import LocalContentStore
 from pipeline.publisher import Publisher
 from pipeline.settings import Settings, load_settings
+from pipeline.store import ShardStore, open_pool
+from pipeline.store.vector_index import BuildSettings
 from tests.integration.ports import free_port
 from workers import monitor
 from workers.cli.querying import SearchClient
@@ -72,6 +76,24 @@ class _PublisherContext:
 
     def __exit__(self, *exc: Any) -> None:
         self._cm.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def scratch_store(
+    stack: Stack, prefix: str, *, dimensions: int, index: BuildSettings | None = None
+) -> Iterator[ShardStore]:
+    """Shard 0 of a new database of ``stack``'s PostgreSQL, its schema created: a store no other test sees."""
+    base = stack.settings.postgres.dsn
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    pool = open_pool(base.rsplit("/", 1)[0] + f"/{name}", max_size=4)
+    try:
+        store = ShardStore(pool, 0, dimensions=dimensions, index=index)
+        store.ensure_schema()
+        yield store
+    finally:
+        pool.close()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,9 +13,9 @@ from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import ConfigurationError
 from pipeline.events import Op, WriteEvent
 from pipeline.models import Chunk, chunk_id
-from pipeline.store import DocStatus, DocumentChange, ShardStore, open_pool
+from pipeline.store import DocStatus, DocumentChange, ShardStore
 from pipeline.symbols import extract_symbols, language_for
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, scratch_store
 
 pytestmark = pytest.mark.integration
 DIM = 16
@@ -25,15 +24,8 @@ EMBED = HashingEmbedder(DIM)
 
 @pytest.fixture
 def store(stack: Stack) -> Iterator[ShardStore]:
-    base = stack.settings.postgres.dsn
-    name = f"store_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    pool = open_pool(base.rsplit("/", 1)[0] + f"/{name}", max_size=4)
-    shard = ShardStore(pool, 0, dimensions=DIM)
-    shard.ensure_schema()
-    yield shard
-    pool.close()
+    with scratch_store(stack, "store", dimensions=DIM) as shard:
+        yield shard
 
 
 def _write(path: str, seq: int, texts: list[str], zone: str = "z") -> DocumentChange:

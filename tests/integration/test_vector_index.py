@@ -3,20 +3,18 @@ stay exact meanwhile, start-up does not rebuild it, and the build brings it back
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import numpy as np
-import psycopg
 import pytest
 
 from pipeline.bulk_load import BulkLoadGate
 from pipeline.embeddings import HashingEmbedder
 from pipeline.events import Op, WriteEvent
 from pipeline.models import Chunk
-from pipeline.store import DocStatus, DocumentChange, ShardStore, open_pool
+from pipeline.store import DocStatus, DocumentChange, ShardStore
 from pipeline.store.vector_index import INDEX_NAME, BuildSettings, DeferPolicy
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, scratch_store
 
 pytestmark = pytest.mark.integration
 DIM = 16
@@ -25,15 +23,9 @@ EMBED = HashingEmbedder(DIM)
 
 @pytest.fixture
 def store(stack: Stack) -> Iterator[ShardStore]:
-    base = stack.settings.postgres.dsn
-    name = f"vindex_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    pool = open_pool(base.rsplit("/", 1)[0] + f"/{name}", max_size=4)
-    shard = ShardStore(pool, 0, dimensions=DIM, index=BuildSettings(m=8, ef_construction=32, memory_mb=64))
-    shard.ensure_schema()
-    yield shard
-    pool.close()
+    index = BuildSettings(m=8, ef_construction=32, memory_mb=64)
+    with scratch_store(stack, "vindex", dimensions=DIM, index=index) as shard:
+        yield shard
 
 
 def _documents(start: int, count: int) -> list[DocumentChange]:
