@@ -72,11 +72,11 @@ class LimitSettings(_Section):
     max_file_bytes: int = 10 * 1024 * 1024
 
 
-_DEFAULT_STRATEGIES = {
+ChunkStrategy = Literal["fixed", "overlapping", "semantic", "code"]
+_DEFAULT_STRATEGIES: dict[str, ChunkStrategy] = {
     ".md": "semantic", ".markdown": "semantic", ".mdx": "semantic", ".rst": "semantic", ".html": "semantic",
     ".htm": "semantic", ".txt": "semantic", "code": "code", "*": "overlapping",
 }  # fmt: skip
-ChunkStrategy = Literal["fixed", "overlapping", "semantic", "code"]
 
 
 class ChunkingSettings(_Section):

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline.embeddings.base import Vectors, error_for_status, rows_by_index
-from pipeline.embeddings.limits import OPENAI_LIMITS, ProviderLimits, TiktokenCounter, check_request, openai_counter
+from pipeline.embeddings.limits import OPENAI_LIMITS, openai_counter
 from pipeline.embeddings.limits import retry_after_s as parse_retry_after
+from pipeline.embeddings.remote import RemoteEmbedder
 from pipeline.errors import ConfigurationError, EmbeddingProviderError, ShardfuseError
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ NATIVE_DIMENSIONS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3
 _SHORTENABLE_PREFIX = "text-embedding-3-"
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(RemoteEmbedder):
     """Embeds through ``client.embeddings.create``: one request per call, no retries.
 
     The SDK's own retries are off (``max_retries=0``): backoff, concurrency and rate limits belong to the
@@ -46,6 +47,7 @@ class OpenAIEmbedder:
         timeout_s: float = 30.0,
         client: openai.OpenAI | None = None,
     ) -> None:
+        self._provider = "openai"
         self._model = model
         self._dimensions = _checked_dimensions(model, dimensions)
         # Only text-embedding-3-* accept the parameter; others answer 400 even for their native size.
@@ -55,34 +57,9 @@ class OpenAIEmbedder:
         self._client = client if client is not None else _make_client(api_key, base_url, timeout_s)
         self._source = f"OpenAI embeddings ({model})"
 
-    @property
-    def name(self) -> str:
-        # Shortened text-embedding-3 vectors are a different space from the full ones.
-        return f"openai:{self._model}:{self._dimensions}"
-
-    @property
-    def dimensions(self) -> int:
-        return self._dimensions
-
-    @property
-    def limits(self) -> ProviderLimits:
-        return self._limits
-
-    @property
-    def counter(self) -> TiktokenCounter:
-        return self._counter
-
-    def embed_documents(self, texts: Sequence[str]) -> Vectors:
-        """One unit row per text, in input order. Raises ValueError when ``texts`` exceed :attr:`limits`."""
-        if not texts:
-            return np.empty((0, self._dimensions), dtype=np.float32)
-        check_request(texts, self._counter, self._limits, source=self._source)
-        response = self._call(self._prepare_input(texts))
-        return self._prepare_output(response, len(texts))
-
-    def embed_query(self, text: str) -> Vectors:
-        """The unit vector of ``text``, shape ``(dimensions,)`` (OpenAI embeds queries like documents)."""
-        return self.embed_documents([text]).reshape(self._dimensions)
+    def _request(self, texts: Sequence[str], input_type: str) -> Vectors:
+        # OpenAI embeds queries like documents.
+        return self._prepare_output(self._call(self._prepare_input(texts)), len(texts))
 
     # -- prepare → call → parse ------------------------------------------------------------------------
     def _prepare_input(self, texts: Sequence[str]) -> dict[str, Any]:

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from pipeline.embeddings.base import Vectors, error_for_status, rows_by_index
-from pipeline.embeddings.limits import ProviderLimits, TiktokenCounter, check_request, voyage_counter, voyage_limits
 from pipeline.embeddings.limits import retry_after_s as parse_retry_after
+from pipeline.embeddings.limits import voyage_counter, voyage_limits
+from pipeline.embeddings.remote import RemoteEmbedder
 from pipeline.errors import ConfigurationError, EmbeddingProviderError, ShardfuseError
 
 # Default output sizes; the models in _FLEXIBLE also return any size in _OUTPUT_DIMENSIONS on request.
@@ -42,7 +41,7 @@ _FLEXIBLE = frozenset(
 _OUTPUT_DIMENSIONS = (256, 512, 1024, 2048)
 
 
-class VoyageEmbedder:
+class VoyageEmbedder(RemoteEmbedder):
     """Embeds with a Voyage model: ``input_type="document"`` for documents, ``"query"`` for queries.
 
     One request per call and no retries (backoff is the caller's backpressure layer's job); SDK exceptions
@@ -69,6 +68,7 @@ class VoyageEmbedder:
             ) from exc
         if not api_key:
             raise ConfigurationError("the voyage embedder needs an API key: set SHARDFUSE_EMBEDDER__API_KEY")
+        self._provider = "voyage"
         self._model = model
         self._dimensions, self._output_dimension = _checked_dimensions(model, dimensions)
         self._limits = voyage_limits(model)
@@ -85,36 +85,8 @@ class VoyageEmbedder:
     def __repr__(self) -> str:
         return f"VoyageEmbedder({self._model!r}, dimensions={self._dimensions})"  # never the key
 
-    @property
-    def name(self) -> str:
-        return f"voyage:{self._model}:{self._dimensions}"
-
-    @property
-    def dimensions(self) -> int:
-        return self._dimensions
-
-    @property
-    def limits(self) -> ProviderLimits:
-        return self._limits
-
-    @property
-    def counter(self) -> TiktokenCounter:
-        return self._counter
-
-    def embed_documents(self, texts: Sequence[str]) -> Vectors:
-        """One unit row per text, in input order. Raises ValueError when ``texts`` exceed :attr:`limits`."""
-        if not texts:
-            return np.empty((0, self._dimensions), dtype=np.float32)
-        return self._embed(texts, "document")
-
-    def embed_query(self, text: str) -> Vectors:
-        """The unit vector of ``text`` embedded as a query, shape ``(dimensions,)``."""
-        return self._embed([text], "query").reshape(self._dimensions)
-
-    def _embed(self, texts: Sequence[str], input_type: str) -> Vectors:
-        check_request(texts, self._counter, self._limits, source=self._source)
-        response = self._call(self._prepare_input(texts, input_type))
-        return self._prepare_output(response, len(texts))
+    def _request(self, texts: Sequence[str], input_type: str) -> Vectors:
+        return self._prepare_output(self._call(self._prepare_input(texts, input_type)), len(texts))
 
     # -- prepare → call → parse ------------------------------------------------------------------------
     def _prepare_input(self, texts: Sequence[str], input_type: str) -> dict[str, Any]:
