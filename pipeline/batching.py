@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class _Pending:
     document: PreparedDocument
+    fence: int | None = None
     future: Future[ApplyOutcome] = field(default_factory=Future)
 
 
@@ -74,10 +75,11 @@ class EmbedBatcher:
         self._thread.start()
         self.last_stats: BatchStats | None = None
 
-    def submit(self, document: PreparedDocument) -> Future[ApplyOutcome]:
+    def submit(self, document: PreparedDocument, *, fence: int | None = None) -> Future[ApplyOutcome]:
+        """Queue a document for the next flush; ``fence`` is the token of the caller's document lease."""
         if self._closed.is_set():
             raise RuntimeError("the embed batcher is closed")
-        pending = _Pending(document)
+        pending = _Pending(document, fence)
         self._queue.put(pending)
         return pending.future
 
@@ -151,6 +153,7 @@ class EmbedBatcher:
                 line_count=p.document.line_count,
                 dropped=p.document.dropped,
                 refresh=p.document.refresh,
+                fence=p.fence,
             )
             by_shard[p.document.shard].append((p, change))
 
@@ -168,7 +171,8 @@ class EmbedBatcher:
                 applied = outcome.applied and outcome.seq == change.event.seq
                 p.future.set_result(
                     ApplyOutcome(key=change.key, seq=change.event.seq, applied=applied,
-                                 stored_seq=outcome.stored_seq)
+                                 stored_seq=outcome.stored_seq, fenced=outcome.fenced,
+                                 stored_fence=outcome.stored_fence)
                 )
         stats = result.stats
         self.last_stats = BatchStats(documents=len(batch), failed_documents=failed_documents, embedding=stats,

@@ -34,6 +34,11 @@ class ContentStore(Protocol):
         """Whether content is stored under ``content_hash``."""
         ...
 
+    def size(self, content_hash: str) -> int:
+        """How many bytes are stored under ``content_hash`` (without reading them);
+        :class:`ContentNotFoundError` if there are none."""
+        ...
+
 
 class LocalContentStore:
     """A CAS on a local (or shared) filesystem: ``<root>/<first 2 hex>/<remaining 62 hex>``.
@@ -75,7 +80,7 @@ class LocalContentStore:
         try:
             data = path.read_bytes()
         except FileNotFoundError as exc:
-            raise ContentNotFoundError(f"the CAS at {self._root} holds no content {content_hash}") from exc
+            raise ContentNotFoundError(_not_found(f"the CAS at {self._root}", content_hash)) from exc
         except OSError as exc:
             raise StoreUnavailableError(f"cannot read {content_hash} from the CAS: {exc}") from exc
         actual = hash_content(data)
@@ -89,6 +94,16 @@ class LocalContentStore:
     def exists(self, content_hash: str) -> bool:
         """Whether a file for ``content_hash`` exists (its content is not re-verified)."""
         return self.path_for(content_hash).is_file()
+
+    def size(self, content_hash: str) -> int:
+        """The size of the file for ``content_hash``, from the filesystem (the content is not read)."""
+        path = self.path_for(content_hash)
+        try:
+            return path.stat().st_size
+        except FileNotFoundError as exc:
+            raise ContentNotFoundError(_not_found(f"the CAS at {self._root}", content_hash)) from exc
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot stat {content_hash} in the CAS: {exc}") from exc
 
 
 class InMemoryContentStore:
@@ -109,9 +124,22 @@ class InMemoryContentStore:
         try:
             return self._blobs[content_hash]
         except KeyError as exc:
-            raise ContentNotFoundError(f"the in-memory CAS holds no content {content_hash}") from exc
+            raise ContentNotFoundError(_not_found("the in-memory CAS", content_hash)) from exc
 
     def exists(self, content_hash: str) -> bool:
         """Whether content is stored under ``content_hash``."""
         hex_digest(content_hash)
         return content_hash in self._blobs
+
+    def size(self, content_hash: str) -> int:
+        """How many bytes are stored under ``content_hash``."""
+        hex_digest(content_hash)
+        try:
+            return len(self._blobs[content_hash])
+        except KeyError as exc:
+            raise ContentNotFoundError(_not_found("the in-memory CAS", content_hash)) from exc
+
+
+def _not_found(where: str, content_hash: str) -> str:
+    return (f"{where} holds no content {content_hash}: put the content in the CAS before publishing its event "
+            "(the publisher does), then retry this dead letter (`shardfuse deadletters retry ID`)")

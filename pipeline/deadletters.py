@@ -107,4 +107,4 @@ def purge_dead_letters(pool: ConnectionPool[Any], *, zone: str | None = None) ->
             cur = conn.execute(f"DELETE FROM {SHARED_SCHEMA}.deadletters")
         else:
             cur = conn.execute(f"DELETE FROM {SHARED_SCHEMA}.deadletters WHERE zone = %s", (zone,))
-        return max(cur.rowcount, 0)
+        return int(max(cur.rowcount, 0))

@@ -62,13 +62,18 @@ def decode_content(data: bytes, *, max_bytes: int) -> Decoded | Skipped:
     if max_bytes <= 0:
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
     if len(data) > max_bytes:
-        return Skipped(f"too large: {len(data):,} bytes > limit {max_bytes:,}")
+        return too_large(len(data), max_bytes=max_bytes)
     if not data:
         return Skipped("empty file")
     for bom, encoding in _BOMS:
         if data.startswith(bom):
             return _decode_with_bom(data, bom=bom, encoding=encoding)
     return _decode_utf8(data)
+
+
+def too_large(size: int, *, max_bytes: int) -> Skipped:
+    """The skip of content over ``limits.max_file_bytes`` (the ingest stage asks before reading it)."""
+    return Skipped(f"too large: {size:,} bytes > limit {max_bytes:,}")
 
 
 def _decode_utf8(data: bytes) -> Decoded | Skipped:

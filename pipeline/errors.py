@@ -34,12 +34,40 @@ class ContentNotFoundError(PermanentError):
     """The CAS holds no content for the hash an event names."""
 
 
+class UnprocessableContentError(PermanentError):
+    """Content that decoded as text but that a stage cannot process (the tokenizer crashed on it): the same
+    content fails the same way every time."""
+
+
 class ConfigurationError(PermanentError):
     """Settings are inconsistent with each other or with what is already stored."""
 
 
 class StoreUnavailableError(TransientError):
     """A shard database, the broker or the CAS could not be reached."""
+
+
+class DocumentBusyError(TransientError):
+    """Another live worker holds the document's lease (say a redelivered copy of a message still running):
+    try again once it is done. Not counted against the retry budget."""
+
+
+class LeaseLostError(TransientError):
+    """The shard refused a write whose fencing token is older than one it has seen (``stored_fence``): this
+    worker's lease lapsed and another took the document over. The work is retried under a new lease."""
+
+    def __init__(self, message: str, *, stored_fence: int = 0) -> None:
+        super().__init__(message)
+        self.stored_fence = stored_fence
+
+    @classmethod
+    def fenced(cls, *, stored_fence: int, carried: int | None) -> LeaseLostError:
+        return cls(f"the shard has seen lease token {stored_fence} for this document and this write carried "
+                   f"{carried}: the lease lapsed and another worker took the document over",
+                   stored_fence=stored_fence)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild_lease_lost, (str(self), self.stored_fence)
 
 
 class EmbeddingProviderError(TransientError):
@@ -87,3 +115,7 @@ def _rebuild_rate_limited(message: str, retry_after_s: float | None) -> RateLimi
 
 def _rebuild_request_error(message: str, status: int | None) -> EmbeddingRequestError:
     return EmbeddingRequestError(message, status=status)
+
+
+def _rebuild_lease_lost(message: str, stored_fence: int) -> LeaseLostError:
+    return LeaseLostError(message, stored_fence=stored_fence)

@@ -30,6 +30,7 @@ from pipeline.query_settings import (
     RouterSettings,
     ZoneProfile,
 )
+from pipeline.redaction import redact_dsn, redact_url
 from pipeline.settings_base import Section as _Section
 
 CONFIG_ENV = "SHARDFUSE_CONFIG"
@@ -38,8 +39,8 @@ CONFIG_ENV = "SHARDFUSE_CONFIG"
 
 __all__ = [
     "CONFIG_ENV", "BoostSettings", "BrokerSettings", "CasSettings", "ChunkingSettings", "ContextSettings",
-    "EmbedderProvider", "EmbedderSettings", "EntropySettings", "ExpansionSettings", "FlowerSettings",
-    "FusionName", "LimitSettings", "PostgresSettings", "QuerySettings", "RouterSettings", "Settings",
+    "DeliverySettings", "EmbedderProvider", "EmbedderSettings", "EntropySettings", "ExpansionSettings",
+    "FlowerSettings", "FusionName", "LimitSettings", "PostgresSettings", "QuerySettings", "RouterSettings", "Settings",
     "StackSettings", "TaskLimits", "VectorIndexSettings", "WorkerSettings", "ZoneProfile", "load_settings",
 ]  # fmt: skip
 
@@ -54,6 +55,14 @@ class BrokerSettings(_Section):
     # workers less per document; 1 publishes every event on its own.
     events_per_message: int = Field(default=16, ge=1, le=1000)
 
+    @property
+    def display_url(self) -> str:
+        """``url`` fit to print: its password masked."""
+        return redact_url(self.url)
+
+    def __repr_args__(self) -> Any:  # the URLs' passwords never reach a repr, str or log line
+        return [(k, redact_url(v) if k in ("url", "result_backend") else v) for k, v in super().__repr_args__()]
+
 
 class PostgresSettings(_Section):
     dsn: str = "postgresql://postgres@127.0.0.1:15432/shardfuse"
@@ -61,6 +70,10 @@ class PostgresSettings(_Section):
     shard_dsns: list[str] = Field(default_factory=list)
     pool_min_size: int = 1
     pool_max_size: int = 8
+
+    def __repr_args__(self) -> Any:  # the DSNs' passwords never reach a repr, str or log line
+        masked = {"dsn": redact_dsn, "shard_dsns": lambda dsns: [redact_dsn(d) for d in dsns]}
+        return [(k, masked[k](v) if k in masked else v) for k, v in super().__repr_args__()]
 
 
 class CasSettings(_Section):
@@ -213,6 +226,18 @@ class WorkerSettings(_Section):
     query_limits: TaskLimits = TaskLimits(soft_s=30, hard_s=35)
 
 
+class DeliverySettings(_Section):
+    """Document leases and dead-worker release (pipeline.leases, pipeline.liveness, workers.redelivery)."""
+
+    heartbeat_s: float = Field(default=3.0, gt=0)  # each worker process says it is alive this often
+    # Silent this long: dead. Its document leases may be taken over and the messages it held are put back
+    # on their queues (without waiting for broker.visibility_timeout_s).
+    dead_after_s: float = Field(default=20.0, gt=0)
+    # Bounds a lease whose holder keeps beating but never gives it back; must outlast the task hard limits.
+    lease_s: float = Field(default=900.0, gt=0)
+    busy_retry_s: float = Field(default=2.0, gt=0)  # a document another live worker holds: try again after
+
+
 class StackSettings(_Section):
     """The embedded single-machine stack started by ``shardfuse up``.
 
@@ -247,6 +272,7 @@ class Settings(BaseSettings):
     bm25: Bm25Settings = Bm25Settings()
     query: QuerySettings = QuerySettings()
     workers: WorkerSettings = WorkerSettings()
+    delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()
     flower: FlowerSettings = FlowerSettings()
 
@@ -270,6 +296,14 @@ class Settings(BaseSettings):
                 f"broker.visibility_timeout_s ({self.broker.visibility_timeout_s}) must exceed the longest "
                 f"task hard limit ({longest}s), or Redis redelivers messages that are still running"
             )
+        delivery = self.delivery
+        if delivery.dead_after_s < 2 * delivery.heartbeat_s:
+            raise ValueError(f"delivery.dead_after_s ({delivery.dead_after_s}) must be at least twice "
+                             f"delivery.heartbeat_s ({delivery.heartbeat_s}), or a live worker looks dead")
+        stage_hard = max(self.workers.ingest_limits.hard_s, self.workers.embed_limits.hard_s)
+        if delivery.lease_s <= stage_hard:
+            raise ValueError(f"delivery.lease_s ({delivery.lease_s}) must exceed the ingest and embed hard "
+                             f"limits ({stage_hard}s), or a lease lapses under a running task")
         return self
 
     @classmethod

@@ -6,12 +6,15 @@ the settings they were given.
 
 from __future__ import annotations
 
-from celery import Celery
+import time
+from typing import Any
+
+from celery import Celery, signals
 from kombu import Queue as KombuQueue
 
 from pipeline.settings import Settings
 from workers.broker_transport import TRANSPORT
-from workers.names import TASK_QUEUES, Queue
+from workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue
 from workers.runtime import RuntimeHolder
 
 TASK_MODULES = (
@@ -26,6 +29,14 @@ def broker_transport(url: str) -> str | None:
     """Our Redis transport (:mod:`workers.broker_transport`) for a plain ``redis://`` broker; kombu's choice
     from the URL scheme otherwise (``rediss://`` keeps kombu's TLS set-up, ``sentinel://`` its failover)."""
     return TRANSPORT if url.split("://", 1)[0] == "redis" else None
+
+
+@signals.before_task_publish.connect(weak=False)
+def stamp_published(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    """Every message shardfuse publishes (events, documents, retries) says when: ``shardfuse status`` shows
+    how long the oldest message of each queue has waited."""
+    if headers is not None:
+        headers[PUBLISHED_HEADER] = time.time()
 
 
 def create_app(settings: Settings) -> Celery:

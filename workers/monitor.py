@@ -17,7 +17,7 @@ import redis
 from pipeline.freshness import Bm25Freshness
 from pipeline.lexical import Tokenizer, read_manifest
 from pipeline.settings import Settings
-from workers.names import PIPELINE_QUEUES, Queue
+from workers.names import PIPELINE_QUEUES, PUBLISHED_HEADER, Queue
 
 _PRIORITY_SEP = "\x06\x16"
 _PRIORITY_STEPS = (0, 3, 6, 9)
@@ -49,6 +49,48 @@ def unacked_by_queue(client: redis.Redis) -> dict[str, int]:
             continue
         counts[str(routing_key)] += 1
     return {q.value: counts.get(q.value, 0) for q in Queue}
+
+
+def oldest_waiting_s(client: redis.Redis, *, now: float | None = None) -> dict[str, float | None]:
+    """Per queue, how long the message next in line has been waiting since it was (re)published; None when
+    the queue is empty or the message carries no publish time (``shardfuse_published``, set by every
+    shardfuse publisher: see :func:`workers.app_factory.stamp_published`)."""
+    now = time.time() if now is None else now
+    ages: dict[str, float | None] = {}
+    for queue in Queue:
+        pipe = client.pipeline(transaction=False)
+        for step in _PRIORITY_STEPS:  # kombu pushes on the left and pops on the right: the oldest is last
+            pipe.lindex(queue.value if step == 0 else f"{queue.value}{_PRIORITY_SEP}{step}", -1)
+        stamps = [_published_at(raw) for raw in pipe.execute() if raw is not None]
+        known = [s for s in stamps if s is not None]
+        ages[queue.value] = max(0.0, now - min(known)) if known else None
+    return ages
+
+
+def oldest_in_flight_s(client: redis.Redis, *, now: float | None = None) -> dict[str, float | None]:
+    """Per queue, how long ago the longest-held unacknowledged message was delivered (None: none held)."""
+    now = time.time() if now is None else now
+    delivered = {t.decode() if isinstance(t, bytes) else str(t): float(at)
+                 for t, at in client.zrange("unacked_index", 0, -1, withscores=True)}
+    oldest: dict[str, float] = {}
+    if delivered:
+        tags = list(delivered)
+        for tag, raw in zip(tags, client.hmget("unacked", tags), strict=True):
+            try:
+                _, _, routing_key = json.loads(raw)
+            except (ValueError, TypeError):
+                continue
+            queue = str(routing_key)
+            oldest[queue] = min(oldest.get(queue, delivered[tag]), delivered[tag])
+    return {q.value: (max(0.0, now - oldest[q.value]) if q.value in oldest else None) for q in Queue}
+
+
+def _published_at(raw: bytes) -> float | None:
+    try:
+        stamp = json.loads(raw)["headers"].get(PUBLISHED_HEADER)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return float(stamp) if isinstance(stamp, int | float) else None
 
 
 def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:

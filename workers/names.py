@@ -47,5 +47,9 @@ QUEUE_PREFETCH: dict[Queue, int] = {
     Queue.QUERY: 4,
 }
 
+# The message header holding when a message was (re)published (seconds since the epoch): how long the
+# oldest message of a queue has waited (``shardfuse status``).
+PUBLISHED_HEADER = "shardfuse_published"
+
 # Queues whose backlog means "published but not yet searchable".
 PIPELINE_QUEUES: tuple[Queue, ...] = (Queue.INGEST, Queue.EMBED, Queue.MAINTENANCE)

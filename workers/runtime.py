@@ -28,7 +28,9 @@ from pipeline.embeddings.backpressure import build_backpressure
 from pipeline.embeddings.query_cache import CachedQueryEmbedder
 from pipeline.embeddings.stage import EmbeddingStage
 from pipeline.freshness import Bm25Freshness
+from pipeline.leases import DocumentLeases
 from pipeline.lexical import LexicalShardReader, Tokenizer
+from pipeline.liveness import Heartbeat, new_holder_id
 from pipeline.settings import EmbedderProvider, Settings
 from pipeline.store import ShardPools, ShardStore
 from pipeline.store.context_cache import PostgresContextCache
@@ -41,6 +43,7 @@ from query.expansion import QueryExpander, RedisExpansionCache
 from query.search import SearchService
 from query.shards import StoreShardSearcher
 from workers.names import Queue
+from workers.redelivery import DeliveryWatch
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,6 +109,19 @@ class WorkerRuntime:
     @property
     def redis(self) -> redis.Redis:
         return self._once("_redis", lambda: redis.Redis.from_url(self.settings.broker.url))
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        """This process's liveness (its document leases are released when it stops beating)."""
+        delivery = self.settings.delivery
+        return self._once("_heartbeat", lambda: Heartbeat(
+            self.redis, holder=new_holder_id("worker"), interval_s=delivery.heartbeat_s,
+            dead_after_s=delivery.dead_after_s).start())
+
+    @property
+    def leases(self) -> DocumentLeases:
+        return self._once("_leases", lambda: DocumentLeases(self.redis, holder=self.heartbeat.holder,
+                                                            ttl_s=self.settings.delivery.lease_s))
 
     @property
     def freshness(self) -> Bm25Freshness:
@@ -192,8 +208,8 @@ class WorkerRuntime:
     def warm_up(self, queues: Iterable[str]) -> None:
         """Create what the given queues' tasks need, so the first task does not pay for it."""
         needs: dict[str, tuple[str, ...]] = {
-            Queue.INGEST: ("stores", "shared_pool", "cas", "counter", "freshness"),
-            Queue.EMBED: ("stores", "shared_pool", "embedder", "batcher", "freshness"),
+            Queue.INGEST: ("stores", "shared_pool", "cas", "counter", "freshness", "leases"),
+            Queue.EMBED: ("stores", "shared_pool", "embedder", "batcher", "freshness", "leases"),
             Queue.MAINTENANCE: ("stores", "shared_pool", "freshness"),
             Queue.QUERY: ("searcher",),
         }
@@ -204,10 +220,11 @@ class WorkerRuntime:
 
     def close(self) -> None:
         with self._lock:
-            for name in ("_batcher", "_searcher", "_contextualizer"):
+            for name in ("_batcher", "_searcher", "_contextualizer", "_heartbeat"):
                 if name in self.__dict__:
                     self.__dict__.pop(name).close()
             self._pools.close()
+            self.__dict__.pop("_leases", None)
             self.__dict__.pop("_stores", None)
             self.__dict__.pop("_shared_pool", None)
 
@@ -216,7 +233,7 @@ class RuntimeHolder:
     """Hands each process its own :class:`WorkerRuntime` (rebuilt after a fork)."""
 
     def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+        self.settings = settings
         self._runtime: WorkerRuntime | None = None
         self._pid = 0
         self._lock = threading.Lock()
@@ -224,7 +241,7 @@ class RuntimeHolder:
     def get(self) -> WorkerRuntime:
         with self._lock:
             if self._runtime is None or self._pid != os.getpid():
-                self._runtime = WorkerRuntime(self._settings)
+                self._runtime = WorkerRuntime(self.settings)
                 self._pid = os.getpid()
             return self._runtime
 
@@ -253,13 +270,39 @@ def connect_signals(app: Celery) -> None:
         # sooner.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
 
+    watch: list[DeliveryWatch] = []
+
     @signals.worker_ready.connect(weak=False)
     def _worker_ready(sender: Any = None, **_: Any) -> None:
         # Prefork children warm up in worker_process_init; thread and solo pools run tasks right here.
         if not isinstance(getattr(sender, "pool", None), PreforkPool):
             holder.get().warm_up(_consumed_queues(app))
+        # The process that talks to the broker claims what it holds and releases what dead workers held.
+        delivery = holder.settings.delivery
+        watch.append(DeliveryWatch(redis.Redis.from_url(holder.settings.broker.url), interval_s=delivery.heartbeat_s,
+                                   dead_after_s=delivery.dead_after_s, restore=_restorer(app)).start())
 
     @signals.worker_process_shutdown.connect(weak=False)
     @signals.worker_shutdown.connect(weak=False)
     def _stopping(**_: Any) -> None:
+        while watch:
+            watch.pop().stop()
         holder.close()
+
+
+def _restorer(app: Celery) -> Callable[[str], None]:
+    """Put an unacked message back on its queue by delivery tag, through kombu's own transaction."""
+    connection: list[Any] = []
+    lock = threading.Lock()
+
+    def restore(tag: str) -> None:
+        with lock:
+            if not connection:
+                connection.append(app.connection_for_write())
+            try:
+                connection[0].default_channel.qos.restore_by_tag(tag)
+            except Exception:
+                connection.pop().release()  # a fresh connection next time
+                raise
+
+    return restore

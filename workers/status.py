@@ -13,12 +13,13 @@ from pipeline.settings import Settings
 from pipeline.store import ShardPools
 from pipeline.store.inspection import chunk_quality
 from workers import monitor
+from workers.redelivery import orphaned_tags
 from workers.stack import StackState
 
 
 def collect_status(settings: Settings, *, state: StackState | None) -> dict[str, Any]:
     status: dict[str, Any] = {
-        "broker_url": settings.broker.url,
+        "broker_url": settings.broker.display_url,  # password masked
         "flower_url": state.flower_url if state else None,
         "data_dir": str(settings.data_path),
         "shards": settings.shards,
@@ -29,7 +30,11 @@ def collect_status(settings: Settings, *, state: StackState | None) -> dict[str,
         status["queues"] = {
             "waiting": monitor.queue_depths(client),
             "in_flight": monitor.unacked_by_queue(client),
+            "oldest_waiting_s": monitor.oldest_waiting_s(client),
+            "oldest_in_flight_s": monitor.oldest_in_flight_s(client),
         }
+        # Delivered to a worker that stopped beating: the next heartbeat of a live worker puts them back.
+        status["held_by_dead_workers"] = len(orphaned_tags(client, grace_s=settings.delivery.dead_after_s))
         status["bm25"] = monitor.bm25_freshness(settings, client)
     except redis.RedisError as exc:
         status["broker_error"] = str(exc)
@@ -69,6 +74,12 @@ def _database_status(settings: Settings) -> dict[str, Any]:
         return {"shard_counts": shards, "skipped": skipped, "dead_letters": dead, "failed": failed}
 
 
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f" (oldest {seconds:.0f}s)" if seconds < 120 else f" (oldest {seconds / 60:.0f} min)"
+
+
 def format_status(status: dict[str, Any]) -> str:
     lines = [
         f"broker   {status['broker_url']}",
@@ -78,9 +89,13 @@ def format_status(status: dict[str, Any]) -> str:
     if status.get("broker_error"):
         lines.append(f"broker unreachable: {status['broker_error']}")
     if "queues" in status:
-        lines.append("queues   " + "  ".join(
-            f"{q}: {n} waiting, {status['queues']['in_flight'][q]} in flight"
-            for q, n in status["queues"]["waiting"].items()))
+        queues = status["queues"]
+        for q, n in queues["waiting"].items():
+            lines.append(f"queue    {q:<12} {n} waiting{_age(queues['oldest_waiting_s'][q])}, "
+                         f"{queues['in_flight'][q]} in flight{_age(queues['oldest_in_flight_s'][q])}")
+    if status.get("held_by_dead_workers"):
+        lines.append(f"stuck    {status['held_by_dead_workers']} message(s) held by workers that stopped: a live "
+                     "worker puts them back on their queues at its next heartbeat")
     for row in status.get("bm25", []):
         fresh = "current" if row["current"] else "rebuild pending"
         lines.append(f"bm25     shard {row['shard']}: generation {row['generation']}, "

@@ -33,6 +33,8 @@ class DocumentChange:
     dropped: dict[str, int] = field(default_factory=dict, compare=False)
     # Apply at the same seq too (a re-index of what the shard holds, e.g. backfill-context).
     refresh: bool = False
+    # The fencing token of the writer's document lease (pipeline.leases); None: written without a lease.
+    fence: int | None = None
 
     def __post_init__(self) -> None:
         if self.status is DocStatus.INDEXED:
@@ -49,9 +51,13 @@ class DocumentChange:
 @dataclass(frozen=True, slots=True)
 class ApplyOutcome:
     """Whether a change took effect. ``applied`` is False when the shard already held a newer or equal
-    ``seq`` for the document (the event was stale): that is success, not an error."""
+    ``seq`` for the document (the event was stale): that is success, not an error. ``fenced`` is True when
+    the shard refused the change because it had seen a newer lease's token (``stored_fence``): the writer
+    lost its lease and must retry under a new one."""
 
     key: tuple[str, str]
     seq: int
     applied: bool
     stored_seq: int | None
+    fenced: bool = False
+    stored_fence: int = 0

@@ -69,6 +69,8 @@ _ADDED_CHUNK_COLUMNS: dict[str, str] = {
 _ADDED_DOCUMENT_COLUMNS: dict[str, str] = {
     # Chunks the entropy filter dropped, by reason: {"duplicate": 2, ...}; NULL when none.
     "dropped": "ALTER TABLE {schema}.documents ADD COLUMN IF NOT EXISTS dropped jsonb",
+    # The highest lease fencing token a write of the document carried (pipeline.leases); older ones are refused.
+    "fence": "ALTER TABLE {schema}.documents ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0",
 }
 
 _SHARED_DDL = """

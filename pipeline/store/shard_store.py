@@ -77,6 +77,12 @@ def _newer(change: DocumentChange, stored_seq: int) -> bool:
     return seq > stored_seq or (change.refresh and seq == stored_seq)
 
 
+def _fenced(change: DocumentChange, stored_fence: int) -> bool:
+    """The fencing rule: a change written under a lease older than the newest one the shard has seen is
+    refused (its writer's lease lapsed and another took over)."""
+    return change.fence is not None and change.fence < stored_fence
+
+
 _RECORD_COLUMNS = sql.SQL(
     "chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path"
 )
@@ -150,25 +156,41 @@ class ShardStore:
             )
             cur.execute(
                 self._q(
-                    "SELECT d.zone, d.path, d.seq FROM {s}.documents d "
+                    "SELECT d.zone, d.path, d.seq, d.fence FROM {s}.documents d "
                     "JOIN unnest(%s::text[], %s::text[]) AS t(z, p) ON d.zone = t.z AND d.path = t.p "
                     "ORDER BY d.zone, d.path FOR UPDATE OF d"
                 ),
                 (zones, paths),
             )
-            stored = {(z, p): int(seq) for z, p, seq in cur.fetchall()}
-            fresh = [latest[k] for k in keys if _newer(latest[k], stored[k])]
+            rows = cur.fetchall()
+            stored = {(z, p): int(seq) for z, p, seq, _ in rows}
+            fences = {(z, p): int(fence) for z, p, _, fence in rows}
+            fenced = {k for k in keys if _fenced(latest[k], fences[k])}
+            fresh = [latest[k] for k in keys if k not in fenced and _newer(latest[k], stored[k])]
             if fresh:
                 self._replace(cur, fresh)
+            # A stale change's token still counts: the shard remembers the newest lease that reached it.
+            fresh_keys = {c.key for c in fresh}
+            self._raise_fences(cur, [latest[k] for k in keys if k not in fenced and k not in fresh_keys
+                                     and (latest[k].fence or 0) > fences[k]])
         return [
             ApplyOutcome(
                 key=k,
                 seq=latest[k].event.seq,
-                applied=_newer(latest[k], stored[k]),
+                applied=k not in fenced and _newer(latest[k], stored[k]),
                 stored_seq=None if stored[k] < 0 else stored[k],
+                fenced=k in fenced,
+                stored_fence=fences[k],
             )
             for k in keys
         ]
+
+    def _raise_fences(self, cur: psycopg.Cursor[Any], changes: list[DocumentChange]) -> None:
+        if changes:
+            cur.executemany(
+                self._q("UPDATE {s}.documents SET fence = %s WHERE zone = %s AND path = %s AND fence < %s"),
+                [(c.fence, c.event.zone, c.event.path, c.fence) for c in changes],
+            )
 
     def _replace(self, cur: psycopg.Cursor[Any], fresh: list[DocumentChange]) -> None:
         cur.execute(
@@ -192,7 +214,8 @@ class ShardStore:
             self._q(
                 "UPDATE {s}.documents SET seq = %s, status = %s, content_hash = %s, event_id = %s, "
                 "size = %s, mime = %s, reason = %s, chunk_count = %s, token_count = %s, line_count = %s, "
-                "metadata = %s, dropped = %s, updated_at = now() WHERE zone = %s AND path = %s"
+                "metadata = %s, dropped = %s, fence = greatest(fence, %s), updated_at = now() "
+                "WHERE zone = %s AND path = %s"
             ),
             [
                 (
@@ -208,6 +231,7 @@ class ShardStore:
                     c.line_count,
                     Jsonb(c.event.metadata) if c.event.metadata else None,
                     Jsonb(c.dropped) if c.dropped else None,
+                    c.fence or 0,
                     c.event.zone,
                     c.event.path,
                 )

@@ -106,6 +106,10 @@ def stack() -> Iterator[Stack]:
         "SHARDFUSE_VECTOR_INDEX__DEFER_MIN_ROWS": "150",
         "SHARDFUSE_VECTOR_INDEX__BUILD_DEBOUNCE_S": "0.5",
         "SHARDFUSE_SHARDS": "2",
+        # Dead workers noticed within seconds (tests/integration/test_delivery.py).
+        "SHARDFUSE_DELIVERY__HEARTBEAT_S": "1",
+        "SHARDFUSE_DELIVERY__DEAD_AFTER_S": "6",
+        "SHARDFUSE_DELIVERY__BUSY_RETRY_S": "1",
     }
     with running_stack(overrides, keep_env=True) as running:
         yield running

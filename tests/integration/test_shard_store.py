@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 
@@ -68,6 +69,30 @@ def test_delete_leaves_a_tombstone_that_blocks_older_writes(store: ShardStore) -
     assert store.apply([_write("unseen", 8, ["newer"])])[0].applied
     counts = {row["zone"]: row for row in store.zone_counts()}["z"]
     assert (counts["documents"], counts["deleted"]) == (1, 1)
+
+
+def _fenced(change: DocumentChange, fence: int) -> DocumentChange:
+    return dataclasses.replace(change, fence=fence)
+
+
+def test_a_write_under_an_older_lease_is_refused_and_the_newest_token_is_remembered(store: ShardStore) -> None:
+    # Worker A (token 5) stalls; its lease lapses; worker B (token 6) writes seq 10.
+    assert store.apply([_fenced(_write("f", 10, ["B's seq 10"]), 6)])[0].applied
+    # A wakes up with a newer seq but an older token: refused, not applied, and told the shard's token.
+    late = store.apply([_fenced(_write("f", 11, ["A's seq 11"]), 5)])[0]
+    assert (late.applied, late.fenced, late.stored_fence) == (False, True, 6)
+    assert _chunks(store, "f") == [(10, "B's seq 10")]
+    # Retried under a new lease (token 7), the same write goes through: delayed, never lost.
+    again = store.apply([_fenced(_write("f", 11, ["A's seq 11"]), 7)])[0]
+    assert again.applied and not again.fenced
+    assert _chunks(store, "f") == [(11, "A's seq 11")]
+    # A stale write under a newer lease still raises the shard's token; deletes are fenced the same way.
+    assert not store.apply([_fenced(_write("f", 3, ["old"]), 9)])[0].applied
+    refused = store.apply([dataclasses.replace(_delete("f", 12), fence=8)])[0]
+    assert refused.fenced and refused.stored_fence == 9
+    assert _chunks(store, "f") == [(11, "A's seq 11")]
+    # A write without a lease (no token) is judged by seq alone.
+    assert store.apply([_write("f", 13, ["unleased"])])[0].applied
 
 
 def test_batch_with_two_versions_keeps_the_newest(store: ShardStore) -> None:

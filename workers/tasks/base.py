@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any, NoReturn
 
 from celery import Task
+from celery.exceptions import Reject, Retry
 
 from pipeline.deadletters import record_dead_letter
-from pipeline.errors import PermanentError
+from pipeline.errors import DocumentBusyError, LeaseLostError, PermanentError
+from pipeline.leases import DocumentLeases, Lease
 from workers.names import Task as TaskName
 from workers.runtime import WorkerRuntime
 
@@ -17,10 +22,34 @@ log = logging.getLogger(__name__)
 # Set while a vector index build of a shard is scheduled (the TTL outlives a stuck one).
 VECTOR_INDEX_FLAG = "shardfuse:vector_index:scheduled"
 VECTOR_INDEX_FLAG_TTL_S = 3600
+# A message whose failures could not be recorded waits this long before it goes back on its queue.
+REQUEUE_PAUSE_S = 2.0
 
 def message_items(one: Any, many: list[Any] | None) -> list[Any]:
     """The items of a message that carries one (``event=``) or several (``events=``), or both."""
     return ([] if one is None else [one]) + list(many or [])
+
+
+def take_lease(leases: DocumentLeases, zone: str, path: str) -> Lease:
+    """The document's lease, or :class:`DocumentBusyError` while another live worker holds it."""
+    lease = leases.acquire(zone, path)
+    if lease is None:
+        raise DocumentBusyError(f"[{zone}] {path} is being worked on by {leases.holder_of(zone, path)}")
+    return lease
+
+
+@contextlib.contextmanager
+def leased(leases: DocumentLeases, zone: str, path: str) -> Iterator[Lease]:
+    """Hold the document's lease while the block runs; :class:`DocumentBusyError` if another live worker
+    holds it. A :class:`LeaseLostError` from the block raises the token counter past the shard's."""
+    lease = take_lease(leases, zone, path)
+    try:
+        yield lease
+    except LeaseLostError as exc:
+        leases.raise_floor(exc.stored_fence)
+        raise
+    finally:
+        leases.release(lease)
 
 
 class PipelineTask(Task):  # type: ignore[misc]
@@ -45,14 +74,14 @@ class PipelineTask(Task):  # type: ignore[misc]
         try:
             return work()
         except PermanentError as exc:
-            return self._dead_letter(payload, exc)
+            return self._settled(partial(self._dead_letter, payload, exc))
         except Exception as exc:
             attempts = self.request.retries + 1
             if attempts > settings.workers.max_retries:
-                return self._dead_letter(payload, exc)
+                return self._settled(partial(self._dead_letter, payload, exc))
             countdown = min(60, 2 ** self.request.retries)
             log.warning("%s failed (attempt %d), retrying in %ds: %r", self.name, attempts, countdown, exc)
-            raise self.retry(exc=exc, countdown=countdown, max_retries=settings.workers.max_retries) from exc
+            return self._settled(partial(self._retry, exc, countdown=countdown))
 
     def guarded_each(
         self,
@@ -67,23 +96,41 @@ class PipelineTask(Task):  # type: ignore[misc]
 
         Each item is settled on its own: a permanent failure is dead-lettered alone, transient ones are
         retried together in a new message holding only them (re-published before this one is acknowledged),
-        and dead-lettered one by one when the retry budget is spent. The items that succeeded stay done.
-        A failure of the whole of ``work`` (say the database is down) counts for every item. ``carry`` holds
+        and dead-lettered one by one when the retry budget is spent. Items whose document another live
+        worker holds (:class:`DocumentBusyError`) go back in a message of their own after
+        ``delivery.busy_retry_s``, without spending the budget. The items that succeeded stay done. A
+        failure of the whole of ``work`` (say the database is down) counts for every item. ``carry`` holds
         the message's other arguments, which the retry message keeps.
+
+        If settling itself fails (the dead-letter table or the broker is unreachable), the whole message
+        goes back on its queue: every item is idempotent, so the ones already done are no-ops next time.
         """
         try:
             summary, failures = work(items)
         except Exception as whole:  # noqa: BLE001 - settled per item below
             summary, failures = {}, [(item, whole) for item in items]
+        return self._settled(lambda: summary | self._settle_each(key, items, failures, carry or {}))
+
+    def _settle_each(self, key: str, items: Sequence[Any], failures: list[tuple[Any, BaseException]],
+                     carry: dict[str, Any]) -> dict[str, Any]:
+        settings = self.runtime.settings
         dead: list[dict[str, Any]] = []
         transient: list[tuple[Any, BaseException]] = []
+        busy: list[Any] = []
         for item, error in failures:
             if isinstance(error, PermanentError):
                 dead.append(self._dead_letter({key: item}, error))
+            elif isinstance(error, DocumentBusyError):
+                busy.append(item)
             else:
                 transient.append((item, error))
+        if busy:
+            log.info("%s: %d %s(s) held by another worker, trying again in %.1fs", self.name, len(busy), key,
+                     settings.delivery.busy_retry_s)
+            self.app.send_task(self.name, kwargs={**carry, f"{key}s": busy},
+                               countdown=settings.delivery.busy_retry_s)
         attempts = self.request.retries + 1
-        if transient and attempts > self.runtime.settings.workers.max_retries:
+        if transient and attempts > settings.workers.max_retries:
             dead.extend(self._dead_letter({key: item}, error) for item, error in transient)
             transient = []
         if transient:
@@ -91,10 +138,25 @@ class PipelineTask(Task):  # type: ignore[misc]
             countdown = min(60, 2 ** self.request.retries)
             log.warning("%s: %d of %d %ss failed (attempt %d), retrying them in %ds: %r", self.name,
                         len(transient), len(items), key, attempts, countdown, first)
-            kwargs = {**(carry or {}), f"{key}s": [item for item, _ in transient]}
-            raise self.retry(kwargs=kwargs, exc=first, countdown=countdown,
-                             max_retries=self.runtime.settings.workers.max_retries)
-        return summary | {"dead_letters": len(dead)}
+            self._retry(first, countdown=countdown, kwargs={**carry, f"{key}s": [item for item, _ in transient]})
+        return {"dead_letters": len(dead), "busy": len(busy)}
+
+    def _retry(self, exc: BaseException, *, countdown: float, kwargs: dict[str, Any] | None = None) -> NoReturn:
+        raise self.retry(kwargs=kwargs, exc=exc, countdown=countdown,
+                         max_retries=self.runtime.settings.workers.max_retries)
+
+    def _settled(self, settle: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run ``settle`` (dead-letter, retry); if it cannot be done, put the message back on its queue
+        rather than let Celery acknowledge a message whose failure was recorded nowhere."""
+        try:
+            return settle()
+        except Retry:
+            raise
+        except Exception as exc:  # noqa: BLE001 - anything here would otherwise lose the message
+            log.error("%s could not record its failures (%r); the message goes back on its queue in %.0fs",
+                      self.name, exc, REQUEUE_PAUSE_S)
+            time.sleep(REQUEUE_PAUSE_S)  # whatever is down gets a moment before the message runs again
+            raise Reject(str(exc), requeue=True) from exc
 
     def _dead_letter(self, payload: dict[str, Any], exc: BaseException) -> dict[str, Any]:
         reason = str(exc) or exc.__class__.__name__

@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from pipeline.errors import LeaseLostError
+from pipeline.leases import Lease
 from pipeline.models import PreparedDocument
 from pipeline.store import ApplyOutcome
 from workers.celery_app import app
 from workers.names import Task
-from workers.tasks.base import PipelineTask, message_items
+from workers.tasks.base import PipelineTask, message_items, take_lease
 
 _limits = app.shardfuse_settings.workers.embed_limits
 
@@ -23,30 +25,40 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
     """Index the documents of one message (``documents``; ``document`` is the one-document form).
 
     Every document goes to the process's batcher at once, so one message's documents share requests and
-    shard transactions with each other and with other messages'. The message is acknowledged when each
-    document has committed, failed for good (dead-lettered) or been handed to a retry message.
+    shard transactions with each other and with other messages'. Each is held under its document lease,
+    whose fencing token the shard checks at the write. The message is acknowledged when each document has
+    committed, failed for good (dead-lettered) or been handed to a retry message.
     """
 
     def work(items: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
+        leases = self.runtime.leases
         failures: list[tuple[Any, BaseException]] = []
-        pending: list[tuple[dict[str, Any], PreparedDocument, Future[ApplyOutcome]]] = []
+        pending: list[tuple[dict[str, Any], PreparedDocument, Lease, Future[ApplyOutcome]]] = []
         for raw in items:
             try:
                 prepared = PreparedDocument.from_dict(raw)
-            except Exception as exc:  # noqa: BLE001 - a malformed document fails alone
+                lease = take_lease(leases, prepared.event.zone, prepared.event.path)
+            except Exception as exc:  # noqa: BLE001 - a malformed or busy document fails alone
                 failures.append((raw, exc))
                 continue
-            pending.append((raw, prepared, self.runtime.batcher.submit(prepared)))
+            pending.append((raw, prepared, lease, self.runtime.batcher.submit(prepared, fence=lease.token)))
         # Wait a little less than the soft limit so a stuck batch surfaces as a retryable timeout.
         deadline = time.monotonic() + max(1.0, _limits.soft_s - 10)
         indexed = stale = 0
         shards: set[int] = set()
-        for raw, prepared, future in pending:
+        for raw, prepared, lease, future in pending:
             try:
                 outcome = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                if outcome.fenced:
+                    leases.raise_floor(outcome.stored_fence)
+                    raise LeaseLostError.fenced(stored_fence=outcome.stored_fence, carried=lease.token)
             except Exception as exc:  # noqa: BLE001 - settled per document by guarded_each
                 failures.append((raw, exc))
                 continue
+            finally:
+                # After a timeout the batcher may still write the document: its token then loses to the
+                # retry's newer one, or the retry finds the seq already applied.
+                leases.release(lease)
             if outcome.applied:
                 indexed += 1
                 shards.add(prepared.shard)

@@ -10,7 +10,7 @@ from pipeline.events import parse_event
 from pipeline.ingest import IngestResult, ingest_event
 from workers.celery_app import app
 from workers.names import Task
-from workers.tasks.base import PipelineTask, message_items
+from workers.tasks.base import PipelineTask, leased, message_items
 
 _limits = app.shardfuse_settings.workers.ingest_limits
 
@@ -24,6 +24,8 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
 
     The documents they produce go on to the embed stage together, in one message: the publisher's grouping
     of events carries through, and the embed workers receive documents by the dozen, not one at a time.
+    Each event is worked on under its document's lease (:mod:`pipeline.leases`); the embed stage takes its
+    own when the document reaches it.
     """
 
     def work(items: Sequence[Any]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
@@ -34,10 +36,12 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
         unchanged_shards: set[int] = set()
         for raw in items:
             try:
-                outcome = ingest_event(parse_event(raw), settings=runtime.settings, cas=runtime.cas,
-                                       stores=runtime.stores, counter=runtime.counter,
-                                       contextualizer=runtime.contextualizer, registry=runtime.chunk_registry,
-                                       refresh=refresh)
+                event = parse_event(raw)
+                with leased(runtime.leases, event.zone, event.path) as lease:
+                    outcome = ingest_event(event, settings=runtime.settings, cas=runtime.cas,
+                                           stores=runtime.stores, counter=runtime.counter,
+                                           contextualizer=runtime.contextualizer, registry=runtime.chunk_registry,
+                                           refresh=refresh, fence=lease.token)
             except Exception as exc:  # noqa: BLE001 - settled per event by guarded_each
                 failures.append((raw, exc))
                 continue

@@ -6,19 +6,23 @@ from typing import Any
 
 from celery import Task as CeleryTask
 
+from pipeline.errors import InvalidQueryError
+from pipeline.events import quoted
 from query.request import SearchRequest
 from workers.celery_app import app
 from workers.names import Task
 
 _settings = app.shardfuse_settings
 _limits = _settings.workers.query_limits
+_ARGUMENTS = ("query", "zone", "k", "mode", "fusion", "alpha", "rrf_k", "path_prefix", "filters", "cache", "boost",
+              "route", "expand")
 
 
 @app.task(name=Task.SEARCH.value, bind=True, soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
 def search(
     self: CeleryTask,
-    query: Any,
-    zone: Any,
+    query: Any = None,
+    zone: Any = None,
     k: Any = 10,
     mode: Any = "hybrid",
     fusion: Any = None,
@@ -30,8 +34,14 @@ def search(
     boost: Any = None,
     route: Any = None,
     expand: Any = None,
+    **unknown: Any,
 ) -> dict[str, Any]:
-    """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception."""
+    """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception: a request
+    naming an argument the task does not take gets an :class:`InvalidQueryError` saying which, not a
+    ``TypeError`` from the worker's call."""
+    if unknown:
+        raise InvalidQueryError(f"unknown search argument(s) {', '.join(sorted(map(quoted, unknown)))}; "
+                                f"the task takes {', '.join(_ARGUMENTS)}")
     default_fusion, default_alpha = _settings.query.fusion_defaults(zone)
     request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion or default_fusion,
                                   alpha=default_alpha if alpha is None else alpha,

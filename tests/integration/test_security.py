@@ -1,0 +1,385 @@
+"""Security on the session's stack: zones never leak into each other, messages are JSON only, SQL values
+are parameters, Flower wants its credentials.
+
+Secrets and passwords (a stack of their own) are in test_secrets.py.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import pickle
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from base64 import b64encode
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from pipeline.chunk_registry import RedisChunkRegistry
+from pipeline.preparation import prepare_chunks
+from pipeline.settings import Settings
+from pipeline.tokens import TokenCounter
+from tests.integration.conftest import REPO, Stack
+from workers.stack.celery_processes import flower_ready
+
+pytestmark = pytest.mark.integration
+
+ZONE_A, ZONE_B = "sec-a", "sec-b"
+# Zone B's documents, and zone A's: the same paths, one identical text (shared/same.txt: one embedding-cache
+# row serves both zones), A's own texts full of the words B's queries ask for, and a marker B must never see.
+B_DOCS = {
+    "shared/guide.md": "# Guide\n\nThe heron migration schedule lists every heron colony and its winter route.\n",
+    "shared/api.py": "def heron_route(colony):\n    '''Return the winter route of a heron colony.'''\n    return 1\n",
+    "shared/same.txt": "Identical in both zones: the kestrel feeds at dawn near the old quarry.\n",
+    "b/notes.txt": "Field notes: kestrel sightings at the quarry, heron counts at the lake.\n",
+    "b/lake.md": "# Lake\n\nThe lake hosts herons, kestrels and a single osprey in summer.\n",
+}
+MARKER = "alphaonlymarker"
+A_DOCS = {
+    "shared/guide.md": f"# Guide\n\nZone A guide {MARKER}: heron migration schedule, heron route, heron colony.\n",
+    "shared/api.py": f"def heron_route(colony):\n    '''{MARKER} winter route of a heron colony.'''\n    return 2\n",
+    "shared/same.txt": B_DOCS["shared/same.txt"],
+    "b/notes.txt": f"{MARKER} notes: kestrel quarry heron lake osprey migration route.\n",
+    "a/secret.txt": f"{MARKER} secret: heron kestrel osprey quarry lake migration winter route colony.\n",
+}
+QUERIES = ["heron migration route", "kestrel quarry", MARKER, "osprey lake summer", "kestrel feeds at dawn"]
+MODES = ("keyword", "semantic", "hybrid")
+WHERE: list[dict[str, Any]] = [{}, {"path_prefix": "shared/"}, {"filters": {"team": "birds"}},
+                               {"path_prefix": "b/", "filters": {"team": "birds"}}]
+
+
+def _publish(stack: Stack, zone: str, docs: dict[str, str]) -> None:
+    with stack.publisher() as publisher:
+        for path, text in docs.items():
+            publisher.write(zone=zone, path=path, data=text.encode(), metadata={"team": "birds"}, seq=1)
+    stack.wait()
+
+
+def _chunk_rows(stack: Stack, zone: str) -> dict[str, tuple[str, str]]:
+    """chunk_id -> (path, chunk_hash) of every chunk of ``zone``."""
+    rows: dict[str, tuple[str, str]] = {}
+    with psycopg.connect(stack.settings.postgres.dsn) as conn:
+        for shard in range(stack.settings.shards):
+            rows.update({r[0]: (r[1], r[2]) for r in conn.execute(
+                f"SELECT chunk_id, path, chunk_hash FROM shard_{shard}.chunks WHERE zone = %s", (zone,))})
+    return rows
+
+
+def _answers(stack: Stack, zone: str, **extra: Any) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    out = {}
+    for query in QUERIES:
+        for mode in MODES:
+            for where in WHERE:
+                answer = stack.search(query, zone, k=10, mode=mode, cache=False, **where, **extra)
+                out[(query, mode, json.dumps(where))] = answer["results"]
+    return out
+
+
+def _ids(hits: list[dict[str, Any]]) -> list[str]:
+    return [hit["chunk_id"] for hit in hits]
+
+
+def test_zone_b_answers_are_the_same_before_and_after_zone_a_is_indexed_over_the_same_paths(stack: Stack) -> None:
+    _publish(stack, ZONE_B, B_DOCS)
+    alone = _answers(stack, ZONE_B)  # zone B alone (no zone A yet)
+    _publish(stack, ZONE_A, A_DOCS)
+    b_chunks, a_chunks = _chunk_rows(stack, ZONE_B), _chunk_rows(stack, ZONE_A)
+    assert set(b_chunks).isdisjoint(a_chunks) and len(a_chunks) >= len(A_DOCS)
+
+    after = _answers(stack, ZONE_B)
+    for key, hits in after.items():
+        assert hits, key
+        assert {hit["zone"] for hit in hits} == {ZONE_B}, key
+        assert set(_ids(hits)) <= set(b_chunks), key
+        assert not any(MARKER in hit["text"] for hit in hits), key
+        # The same chunks as when zone A did not exist; the vector leg's answer is identical, order and scores.
+        # Keyword scores move a little (BM25 length normalisation is per shard, across zones: documented), so
+        # near-tied keyword hits may swap places; they stay zone B's own chunks.
+        assert set(_ids(hits)) == set(_ids(alone[key])), key
+        if key[1] == "semantic":
+            assert _ids(hits) == _ids(alone[key]), key
+            assert [h["score"] for h in hits] == pytest.approx([h["score"] for h in alone[key]]), key
+    # Zone A, searched the same way, holds its own chunks only (and its marker).
+    for mode in MODES:
+        hits = stack.search(MARKER, ZONE_A, k=10, mode=mode, cache=False)["results"]
+        assert {hit["zone"] for hit in hits} == {ZONE_A} and set(_ids(hits)) <= set(a_chunks)
+    # shardfuse status counts each zone's own documents.
+    status = json.loads(stack.cli("status", "--json").stdout)
+    counts = {zone: sum(z["documents"] for s in status["shard_counts"] for z in s["zones"] if z["zone"] == zone)
+              for zone in (ZONE_A, ZONE_B)}
+    assert counts == {ZONE_A: len(A_DOCS), ZONE_B: len(B_DOCS)}
+
+
+def test_caches_shared_across_zones_never_show_another_zones_chunk(stack: Stack) -> None:
+    """The query-embedding cache (by text) and the embedding cache (by chunk content) serve both zones; the
+    result cache is keyed by zone. None of them lets a zone-A chunk into a zone-B answer."""
+    if not _chunk_rows(stack, ZONE_A):
+        _publish(stack, ZONE_B, B_DOCS)
+        _publish(stack, ZONE_A, A_DOCS)
+    b_chunks, a_chunks = _chunk_rows(stack, ZONE_B), _chunk_rows(stack, ZONE_A)
+    # One identical text at one path in both zones: same chunk hash (one cached vector), two chunks.
+    same_b = [cid for cid, (path, _) in b_chunks.items() if path == "shared/same.txt"]
+    same_a = [cid for cid, (path, _) in a_chunks.items() if path == "shared/same.txt"]
+    assert [b_chunks[c][1] for c in same_b] == [a_chunks[c][1] for c in same_a] and set(same_a) != set(same_b)
+    with psycopg.connect(stack.settings.postgres.dsn) as conn:
+        cached = conn.execute("SELECT count(*) FROM shardfuse.embedding_cache WHERE chunk_hash = ANY(%s)",
+                              ([b_chunks[c][1] for c in same_b],)).fetchone()
+    assert cached == (len(same_b),)
+
+    for query in QUERIES:
+        for mode in MODES:
+            # Zone A first: fills the query-embedding LRU/Redis entry and a result-cache entry for A.
+            a_answer = stack.search(query, ZONE_A, k=10, mode=mode)
+            assert set(_ids(a_answer["results"])) <= set(a_chunks)
+            first = stack.search(query, ZONE_B, k=10, mode=mode)
+            again = stack.search(query, ZONE_B, k=10, mode=mode)
+            uncached = stack.search(query, ZONE_B, k=10, mode=mode, cache=False)
+            assert first["cache"] == "miss" and again["cache"] == "hit", (query, mode)
+            for answer in (first, again):
+                assert _ids(answer["results"]) == _ids(uncached["results"]), (query, mode)
+                assert set(_ids(answer["results"])) <= set(b_chunks)
+                assert all(h["zone"] == ZONE_B and MARKER not in h["text"] for h in answer["results"])
+    top = stack.search("kestrel feeds at dawn", ZONE_B, k=1, mode="semantic")["results"][0]
+    assert (top["chunk_id"], top["path"], top["zone"]) == (same_b[0], "shared/same.txt", ZONE_B)
+
+
+def test_the_repeated_chunk_registry_is_per_zone(stack: Stack) -> None:
+    """A chunk zone A indexed first is not 'repeated' in zone B; within a zone, a second path repeats it.
+    Through prepare_chunks (what ingest runs) against the stack's Redis, with the entropy filter on."""
+    settings = Settings(entropy={"enabled": True, "min_tokens": 0, "threshold": 0.0, "min_entropy_bits": 0.0},
+                        chunking={"max_tokens": 48, "overlap_tokens": 0})  # type: ignore[arg-type]
+    text = "\n\n".join(
+        f"# Section {n}\n\n" + " ".join(f"{word}{n}" for word in ("licence", "grant", "warranty", "liability",
+                                                                   "copyright", "holder", "permission", "notice"))
+        for n in range(4)
+    )
+    client = redis.Redis.from_url(stack.settings.broker.url)
+    registry = RedisChunkRegistry(client)
+    run = uuid.uuid4().hex[:8]
+    zone_a, zone_b = f"reg-a-{run}", f"reg-b-{run}"
+    counter = TokenCounter(settings.chunking.encoding)
+
+    def prepare(zone: str, path: str) -> dict[str, int]:
+        prepared = prepare_chunks(text, path=path, doc_hash="h", settings=settings, counter=counter,
+                                  registry=registry, zone=zone)
+        assert len(prepared.candidates) >= 3
+        return prepared.dropped
+
+    try:
+        assert prepare(zone_a, "vendor/LICENSE.md").get("repeated", 0) == 0
+        assert prepare(zone_b, "vendor/LICENSE.md").get("repeated", 0) == 0  # same path, other zone
+        assert prepare(zone_b, "copy/LICENSE.md").get("repeated", 0) > 0  # zone B's own repeat
+        assert prepare(f"reg-c-{run}", "copy/LICENSE.md").get("repeated", 0) == 0  # another zone again
+        assert prepare(zone_a, "vendor/LICENSE.md").get("repeated", 0) == 0  # re-publishing: its own claims
+    finally:
+        for zone in (zone_a, zone_b, f"reg-c-{run}"):
+            registry.forget(zone)
+        client.close()
+
+
+def test_explain_chunks_and_dead_letters_keep_zones_apart(stack: Stack, tmp_path: Path) -> None:
+    source = tmp_path / "same.txt"
+    source.write_text(B_DOCS["shared/same.txt"] * 3)
+    env = {**stack.env, "SHARDFUSE_ENTROPY__ENABLED": "true"}
+    outputs = {}
+    for zone in (ZONE_A, ZONE_B):
+        proc = subprocess.run([sys.executable, "-m", "workers.cli.main", "explain-chunks", str(source), "--zone",
+                               zone, "--as", "shared/same.txt", "--json"], env=env, cwd=REPO, capture_output=True,
+                              text=True, timeout=180, check=True)  # fmt: skip
+        outputs[zone] = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert outputs[ZONE_A] == outputs[ZONE_B] and outputs[ZONE_B]
+    assert not any("repeated" in row["fate"] for row in outputs[ZONE_B])
+
+    from workers.app_factory import create_app
+    from workers.names import Task
+
+    app = create_app(stack.settings)
+    run = uuid.uuid4().hex[:6]
+    zones = (f"dl-a-{run}", f"dl-b-{run}")
+    for zone in zones:  # the same path in both zones, its content never stored: dead-lettered at once
+        app.send_task(Task.INGEST.value, kwargs={"event": {
+            "op": "write", "zone": zone, "path": "same/missing.txt", "content_hash": "sha256:" + "d" * 64,
+            "size": 1, "seq": 1}})
+    stack.wait()
+    listed = {zone: json.loads(stack.cli("deadletters", "list", "--zone", zone, "--json").stdout) for zone in zones}
+    assert [(row["zone"], row["path"]) for row in listed[zones[1]]] == [(zones[1], "same/missing.txt")]
+    assert [(row["zone"], row["path"]) for row in listed[zones[0]]] == [(zones[0], "same/missing.txt")]
+    assert "purged 1 dead letter(s)" in stack.cli("deadletters", "purge", "--zone", zones[1], "--yes").stdout
+    assert json.loads(stack.cli("deadletters", "list", "--zone", zones[1], "--json").stdout) == []
+    assert len(json.loads(stack.cli("deadletters", "list", "--zone", zones[0], "--json").stdout)) == 1
+    stack.cli("deadletters", "purge", "--zone", zones[0], "--yes")
+
+
+class _TouchOnLoad:
+    """Unpickling this creates ``path``: proof of code run by a deserializer."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (pathlib.Path.touch, (pathlib.Path(self.path),))
+
+
+def _task_headers(task: str) -> dict[str, Any]:
+    task_id = str(uuid.uuid4())
+    return {"lang": "py", "task": task, "id": task_id, "root_id": task_id, "parent_id": None, "group": None,
+            "retries": 0, "eta": None, "expires": None, "timelimit": [None, None], "argsrepr": "()",
+            "kwargsrepr": "{}", "origin": "test_security"}
+
+
+def test_a_pickled_message_is_rejected_and_never_run(stack: Stack) -> None:
+    from workers import monitor
+    from workers.app_factory import create_app
+    from workers.names import Queue, Task
+    from workers.stack.layout import StackLayout
+
+    markers = stack.settings.data_path / f"pickle-markers-{uuid.uuid4().hex[:8]}"
+    markers.mkdir()
+    # The payload is live: loading it here creates its marker.
+    pickle.loads(pickle.dumps(_TouchOnLoad(markers / "control")))
+    assert (markers / "control").exists()
+
+    before = {name: comp.pid for name, comp in stack.state.components.items()}
+    app = create_app(stack.settings)
+    sends = [  # (queue, task header or None for a message without Celery's headers, marker)
+        (Queue.INGEST, Task.INGEST, "ingest"), (Queue.INGEST, None, "ingest-headerless"),
+        (Queue.EMBED, Task.EMBED, "embed"), (Queue.QUERY, Task.SEARCH, "query"),
+    ]
+    with app.connection_for_write() as conn:
+        producer = conn.Producer()
+        for queue, task, name in sends:
+            body = pickle.dumps(((), {"event": _TouchOnLoad(markers / name)}, {}))
+            kombu_queue = app.amqp.queues[queue.value]
+            producer.publish(body, exchange=kombu_queue.exchange, routing_key=kombu_queue.routing_key,
+                             content_type="application/x-python-serialize", content_encoding="binary",
+                             headers=_task_headers(task.value) if task else {}, declare=[kombu_queue])
+    with stack.publisher() as publisher:  # a good event behind the bad ones
+        publisher.write(zone="sec-json", path="fine.txt", data=b"a healthy jsononlyterm document")
+    stack.wait()  # ingest, embed and maintenance hold nothing waiting or in flight
+
+    assert [hit["path"] for hit in stack.search("jsononlyterm", "sec-json", mode="keyword")["results"]] == [
+        "fine.txt"]
+    assert sorted(p.name for p in markers.iterdir()) == ["control"]  # nothing was unpickled
+    client = monitor.broker_client(stack.settings)
+    try:
+        assert monitor.queue_depths(client)[Queue.QUERY.value] == 0
+        assert sum(monitor.unacked_by_queue(client).values()) == 0
+    finally:
+        client.close()
+    status = json.loads(stack.cli("status", "--json").stdout)
+    assert {name: proc["pid"] for name, proc in status["processes"].items()} == before
+    assert all(proc["alive"] for proc in status["processes"].values())
+    layout = StackLayout(stack.settings.data_path)
+    for worker in ("worker-ingest", "worker-embed", "worker-query"):
+        assert "Refusing to deserialize untrusted content" in layout.log_file(worker).read_text(), worker
+
+
+def _flower_status(url: str, *, auth: tuple[str, str] | None = None, method: str = "GET") -> int:
+    headers = {}
+    if auth is not None:
+        headers["Authorization"] = "Basic " + b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    request = urllib.request.Request(url, headers=headers, method=method, data=b"{}" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_flower_wants_its_credentials_on_every_page_and_api(stack: Stack) -> None:
+    base = stack.state.flower_url.rstrip("/")
+    user, password = stack.settings.flower.user, stack.settings.flower.password.get_secret_value()
+    pages = ["/", "/workers", "/tasks", "/broker", "/api/workers", "/api/workers?refresh=1", "/api/tasks",
+             "/api/task/types", "/api/queues/length"]
+    for page in pages:
+        assert _flower_status(base + page) == 401, page
+        assert _flower_status(base + page, auth=(user, password + "x")) == 401, page
+        assert _flower_status(base + page, auth=(user + "x", password)) == 401, page
+        assert _flower_status(base + page, auth=(user, password)) == 200, page
+    # Control and task APIs refuse anonymous callers too (they could run tasks or stop workers).
+    for action in ("/api/task/send-task/shardfuse.search", "/api/worker/shutdown/ingest@nowhere"):
+        assert _flower_status(base + action, method="POST") == 401, action
+    assert flower_ready(base + "/", user=user, password=password)
+    assert not flower_ready(base + "/", user=user, password=password + "x")
+
+
+INJECTIONS = [
+    "x'; DROP TABLE shard_0.chunks; --",
+    '"; DROP SCHEMA shard_1 CASCADE; --',
+    "zone') OR 1=1 --",
+    "back\\slash\\' OR '1'='1",
+    "50%_off\\%",
+]
+
+
+def test_injection_strings_are_only_ever_literal_values(stack: Stack) -> None:
+    """As paths, metadata, filter values, query text and zone names, through publish → index → search →
+    status/dead letters: every one is data. The tables stay, and each filter matches exactly its document."""
+    from workers.app_factory import create_app
+    from workers.names import Task
+
+    zone = "sec-inj"
+    docs = {f"{text}/doc{i}.txt": (f"injected document {i} inj{i}word mentions {text}", {"label": text, "i": i})
+            for i, text in enumerate(INJECTIONS)}
+    docs["plain/doc.txt"] = ("injected document plain", {"label": "plain", "i": -1})
+    with stack.publisher() as publisher:
+        for path, (text, metadata) in docs.items():
+            publisher.write(zone=zone, path=path, data=text.encode(), metadata=metadata)
+        publisher.write(zone=zone, path="nul/content.bin", data=b"injected\x00document with a NUL")
+    app = create_app(stack.settings)
+    for i, text in enumerate(INJECTIONS):  # as zone names: refused at the edge, dead-lettered as given
+        app.send_task(Task.INGEST.value, kwargs={"event": {"op": "write", "zone": text, "path": f"z{i}.txt",
+                                                           "content_hash": "sha256:" + "e" * 64, "seq": 1}})
+    stack.wait()
+
+    def paths(**kwargs: Any) -> list[str]:
+        return sorted(h["path"] for h in stack.search("injected document", zone, k=50, cache=False,
+                                                      **kwargs)["results"])
+
+    assert paths(mode="keyword") == sorted(docs)
+    for i, text in enumerate(INJECTIONS):
+        expected = [f"{text}/doc{i}.txt"]
+        for mode in MODES:
+            assert paths(mode=mode, path_prefix=text) == expected, (text, mode)
+            assert paths(mode=mode, filters={"label": text}) == expected, (text, mode)
+            assert paths(mode=mode, filters={"label": text, "i": i}) == expected, (text, mode)
+            assert paths(mode=mode, filters={"label": text + "x"}) == [], (text, mode)
+        hits = stack.search(text, zone, k=5, mode="keyword", cache=False)["results"]  # as query text
+        assert all(h["zone"] == zone for h in hits)
+        assert stack.search(f"inj{i}word", zone, k=1, mode="keyword")["results"][0]["text"].endswith(text)
+    # LIKE's wildcards in a prefix are literal characters: "5_%" matches no path, "50%" only its own.
+    assert paths(mode="hybrid", path_prefix="5_%") == [] and paths(mode="hybrid", path_prefix="%") == []
+    assert paths(mode="hybrid", path_prefix="50%") == [f"{INJECTIONS[4]}/doc4.txt"]
+    assert paths(mode="hybrid", filters={"label": "zone') OR 1=1 --x"}) == []
+    with pytest.raises(Exception, match="zone") as refused:  # as a search's zone: refused, never run
+        stack.search("injected document", INJECTIONS[0])
+    assert type(refused.value).__name__ == "InvalidQueryError"
+    for bad in ({"path_prefix": "a\x00b"}, {"filters": {"label": "a\x00b"}}):  # NUL: refused, not a DB error
+        with pytest.raises(Exception, match="NUL") as refused:
+            stack.search("injected document", zone, **bad)
+        assert type(refused.value).__name__ == "InvalidQueryError", refused.value
+
+    with psycopg.connect(stack.settings.postgres.dsn) as conn:
+        for shard in range(stack.settings.shards):
+            for table in ("chunks", "documents"):
+                assert conn.execute("SELECT to_regclass(%s)", (f"shard_{shard}.{table}",)).fetchone() != (None,)
+        assert conn.execute("SELECT to_regclass('shardfuse.deadletters')").fetchone() != (None,)
+        stored = dict(conn.execute(
+            "SELECT path, metadata->>'label' FROM shard_0.documents WHERE zone = %s UNION ALL "
+            "SELECT path, metadata->>'label' FROM shard_1.documents WHERE zone = %s", (zone, zone)).fetchall())
+    assert {path: stored[path] for path in docs} == {path: meta["label"] for path, (_, meta) in docs.items()}
+    status = json.loads(stack.cli("status", "--json").stdout)
+    rows = [z for shard in status["shard_counts"] for z in shard["zones"] if z["zone"] == zone]
+    assert (sum(z["documents"] for z in rows), sum(z["skipped"] for z in rows)) == (len(docs), 1)  # NUL content
+    for text in INJECTIONS:  # the zone column holds the string as given; listing and purging by it are exact
+        listed = json.loads(stack.cli("deadletters", "list", "--zone", text, "--json").stdout)
+        assert [(row["zone"], row["error_class"].rsplit(".", 1)[-1]) for row in listed] == [
+            (text, "InvalidEventError")], text
+        assert "purged 1 dead letter(s)" in stack.cli("deadletters", "purge", "--zone", text, "--yes").stdout
