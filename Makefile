@@ -13,7 +13,7 @@ export HF_HUB_OFFLINE ?= 1
 DEMO_ZONE    := demo
 DEMO_SOURCES := pipeline query workers docs config tests README.md Makefile pyproject.toml
 
-.PHONY: demo test bench install lint typecheck down clean
+.PHONY: demo test test-faults bench install lint typecheck down clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,8 +43,14 @@ demo: install
 	@echo "Query it:  .venv/bin/shardfuse search 'your question' --zone $(DEMO_ZONE)"
 	@echo "Stop it:   .venv/bin/shardfuse down"
 
+# The whole suite: unit and integration tests, then the fault-injection tests (each starts a stack of its own
+# and breaks it: kill -9 workers, restart Redis, stop PostgreSQL, a failing provider).
 test: install
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m faults tests/integration/faults
+
+test-faults: install
+	$(BIN)/python -m pytest -m faults tests/integration/faults
 
 bench: install
 	@if ls tests/benchmarks/bench_*.py >/dev/null 2>&1; then \

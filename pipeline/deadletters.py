@@ -27,14 +27,29 @@ def record_dead_letter(
         event = document["event"]
     zone = event.get("zone") if event else payload.get("zone")
     path = event.get("path") if event else payload.get("path")
+    # PostgreSQL's text and jsonb refuse NUL: a payload that carries one (often the very reason it failed)
+    # is stored with each NUL spelled out as the six characters \u0000, or it could never be dead-lettered.
+    row_values = (task, json.dumps(_no_nul(payload), default=str), _no_nul(_text(zone)), _no_nul(_text(path)),
+                  _no_nul(error_class), _no_nul(reason), attempts)
     with pool.connection() as conn:
         row = conn.execute(
             f"INSERT INTO {SHARED_SCHEMA}.deadletters (task, payload, zone, path, error_class, reason, attempts) "
             "VALUES (%s, %s::jsonb, %s, %s, %s, %s, %s) RETURNING id",
-            (task, json.dumps(payload, default=str), _text(zone), _text(path), error_class, reason, attempts),
+            row_values,
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _no_nul(value: Any) -> Any:
+    """``value`` with every NUL in its strings (keys included, at any depth) written as ``\\u0000``."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\u0000")
+    if isinstance(value, dict):
+        return {_no_nul(k): _no_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nul(v) for v in value]
+    return value
 
 
 def dead_letter_count(pool: ConnectionPool[Any]) -> int:

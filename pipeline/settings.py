@@ -72,8 +72,13 @@ class PostgresSettings(_Section):
     pool_max_size: int = 8
 
     def __repr_args__(self) -> Any:  # the DSNs' passwords never reach a repr, str or log line
-        masked = {"dsn": redact_dsn, "shard_dsns": lambda dsns: [redact_dsn(d) for d in dsns]}
-        return [(k, masked[k](v) if k in masked else v) for k, v in super().__repr_args__()]
+        for key, value in super().__repr_args__():
+            if key == "dsn":
+                yield key, redact_dsn(value)
+            elif key == "shard_dsns":
+                yield key, [redact_dsn(dsn) for dsn in value]
+            else:
+                yield key, value
 
 
 class CasSettings(_Section):

@@ -49,7 +49,7 @@ class CeleryEventSink:
                 finally:  # also when the caller stops early: what it sent so far is published
                     sink.flush()
         except OperationalError as exc:
-            raise StoreUnavailableError(f"cannot reach the broker at {settings.broker.url}: {exc}") from exc
+            raise StoreUnavailableError(f"cannot reach the broker at {settings.broker.display_url}: {exc}") from exc
 
     def send(self, event: WriteEvent) -> None:
         self._held.append(event.model_dump(mode="json"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -111,6 +112,7 @@ class DeliveryWatch:
     def __init__(self, client: redis.Redis, *, interval_s: float, dead_after_s: float,
                  restore: Callable[[str], None], tags: Callable[[], set[str]] = held_delivery_tags) -> None:
         self.holder = new_holder_id("consumer")
+        self.pid = os.getpid()
         self.client = client
         self.dead_after_s = dead_after_s
         self._tags = tags

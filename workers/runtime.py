@@ -285,7 +285,9 @@ def connect_signals(app: Celery) -> None:
     @signals.worker_process_shutdown.connect(weak=False)
     @signals.worker_shutdown.connect(weak=False)
     def _stopping(**_: Any) -> None:
-        while watch:
+        # A prefork child forked after worker_ready inherits the list: only the process that started the
+        # watch may stop it (stopping deletes its liveness and claims).
+        while watch and watch[-1].pid == os.getpid():
             watch.pop().stop()
         holder.close()
 

@@ -4,6 +4,7 @@ queue by a live worker's heartbeat (workers.redelivery) instead of waiting for v
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pipeline.liveness import alive_key
 from pipeline.sharding import shard_for
 from tests.integration.conftest import REPO, Stack
 from workers import monitor
+from workers.app_factory import create_app
 from workers.status import collect_status, format_status
 
 pytestmark = pytest.mark.integration
@@ -128,3 +130,18 @@ def test_status_shows_how_long_the_oldest_message_of_each_queue_has_waited(stack
     text = format_status(status)
     assert "queue    ingest" in text and "in flight" in text
     assert status["held_by_dead_workers"] == 0
+
+
+def test_an_event_with_nul_characters_is_dead_lettered_not_requeued_forever(stack: Stack) -> None:
+    # PostgreSQL's jsonb refuses NUL; the dead letter must still be recordable, or the message would come
+    # back on its queue every few seconds for good.
+    zone = "delivery-nul"
+    bad = {"op": "write", "zone": zone, "path": "nul.txt", "seq": 1, "content_hash": "sha256:" + "ab" * 32,
+           "metadata": {"title\x00": "a\x00b"}}
+    create_app(stack.settings).send_task("shardfuse.ingest", kwargs={"events": [bad]})
+    stack.wait(timeout=60)
+    listing = stack.cli("deadletters", "list", "--zone", zone, "--json").stdout
+    rows = json.loads(listing)
+    assert len(rows) == 1 and rows[0]["path"] == "nul.txt"
+    shown = json.loads(stack.cli("deadletters", "show", str(rows[0]["id"])).stdout)
+    assert shown["payload"]["event"]["metadata"] == {"title\\u0000": "a\\u0000b"}  # each NUL spelled out

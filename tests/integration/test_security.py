@@ -1,20 +1,19 @@
 """Security on the session's stack: zones never leak into each other, messages are JSON only, SQL values
-are parameters, Flower wants its credentials.
+are parameters.
 
-Secrets and passwords (a stack of their own) are in test_secrets.py.
+Passwords, secrets and Flower's credentials (on a stack of their own, with every secret set) are in
+test_secrets.py.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import pickle
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
-from base64 import b64encode
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from pipeline.preparation import prepare_chunks
 from pipeline.settings import Settings
 from pipeline.tokens import TokenCounter
 from tests.integration.conftest import REPO, Stack
-from workers.stack.celery_processes import flower_ready
 
 pytestmark = pytest.mark.integration
 
@@ -82,6 +80,17 @@ def _answers(stack: Stack, zone: str, **extra: Any) -> dict[tuple[str, str, str]
     return out
 
 
+def _embedding_key(conn: psycopg.Connection[Any], chunk_id: str) -> str:
+    """What the embedding cache keys a stored chunk by (``Chunk.embedding_key``: its context and text)."""
+    for shard in range(2):
+        row = conn.execute(f"SELECT context, text FROM shard_{shard}.chunks WHERE chunk_id = %s",
+                           (chunk_id,)).fetchone()
+        if row is not None:
+            indexed = f"{row[0]}\n\n{row[1]}" if row[0] else row[1]
+            return "sha256:" + hashlib.sha256(indexed.encode()).hexdigest()
+    raise AssertionError(f"no chunk {chunk_id}")
+
+
 def _ids(hits: list[dict[str, Any]]) -> list[str]:
     return [hit["chunk_id"] for hit in hits]
 
@@ -95,8 +104,11 @@ def test_zone_b_answers_are_the_same_before_and_after_zone_a_is_indexed_over_the
 
     after = _answers(stack, ZONE_B)
     for key, hits in after.items():
-        assert hits, key
-        assert {hit["zone"] for hit in hits} == {ZONE_B}, key
+        if key[1] == "semantic":
+            assert hits, key  # the vector leg always has neighbours; keyword legs may rightly have none
+        if key[:2] == (MARKER, "keyword"):
+            assert hits == [], key  # no chunk of zone B holds zone A's marker
+        assert {hit["zone"] for hit in hits} <= {ZONE_B}, key
         assert set(_ids(hits)) <= set(b_chunks), key
         assert not any(MARKER in hit["text"] for hit in hits), key
         # The same chunks as when zone A did not exist; the vector leg's answer is identical, order and scores.
@@ -129,9 +141,11 @@ def test_caches_shared_across_zones_never_show_another_zones_chunk(stack: Stack)
     same_a = [cid for cid, (path, _) in a_chunks.items() if path == "shared/same.txt"]
     assert [b_chunks[c][1] for c in same_b] == [a_chunks[c][1] for c in same_a] and set(same_a) != set(same_b)
     with psycopg.connect(stack.settings.postgres.dsn) as conn:
+        keys = {cid: _embedding_key(conn, cid) for cid in same_a + same_b}
+        assert len(set(keys.values())) == len(same_b)  # A's chunk and B's embed the same text
         cached = conn.execute("SELECT count(*) FROM shardfuse.embedding_cache WHERE chunk_hash = ANY(%s)",
-                              ([b_chunks[c][1] for c in same_b],)).fetchone()
-    assert cached == (len(same_b),)
+                              (list(set(keys.values())),)).fetchone()
+    assert cached == (len(same_b),)  # one cached vector serves both zones
 
     for query in QUERIES:
         for mode in MODES:
@@ -153,8 +167,9 @@ def test_caches_shared_across_zones_never_show_another_zones_chunk(stack: Stack)
 def test_the_repeated_chunk_registry_is_per_zone(stack: Stack) -> None:
     """A chunk zone A indexed first is not 'repeated' in zone B; within a zone, a second path repeats it.
     Through prepare_chunks (what ingest runs) against the stack's Redis, with the entropy filter on."""
-    settings = Settings(entropy={"enabled": True, "min_tokens": 0, "threshold": 0.0, "min_entropy_bits": 0.0},
-                        chunking={"max_tokens": 48, "overlap_tokens": 0})  # type: ignore[arg-type]
+    settings = Settings.model_validate({
+        "entropy": {"enabled": True, "min_tokens": 0, "threshold": 0.0, "min_entropy_bits": 0.0},
+        "chunking": {"max_tokens": 48, "overlap_tokens": 0}})
     text = "\n\n".join(
         f"# Section {n}\n\n" + " ".join(f"{word}{n}" for word in ("licence", "grant", "warranty", "liability",
                                                                    "copyright", "holder", "permission", "notice"))
@@ -277,38 +292,12 @@ def test_a_pickled_message_is_rejected_and_never_run(stack: Stack) -> None:
     assert {name: proc["pid"] for name, proc in status["processes"].items()} == before
     assert all(proc["alive"] for proc in status["processes"].values())
     layout = StackLayout(stack.settings.data_path)
-    for worker in ("worker-ingest", "worker-embed", "worker-query"):
-        assert "Refusing to deserialize untrusted content" in layout.log_file(worker).read_text(), worker
-
-
-def _flower_status(url: str, *, auth: tuple[str, str] | None = None, method: str = "GET") -> int:
-    headers = {}
-    if auth is not None:
-        headers["Authorization"] = "Basic " + b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-    request = urllib.request.Request(url, headers=headers, method=method, data=b"{}" if method == "POST" else None)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
-def test_flower_wants_its_credentials_on_every_page_and_api(stack: Stack) -> None:
-    base = stack.state.flower_url.rstrip("/")
-    user, password = stack.settings.flower.user, stack.settings.flower.password.get_secret_value()
-    pages = ["/", "/workers", "/tasks", "/broker", "/api/workers", "/api/workers?refresh=1", "/api/tasks",
-             "/api/task/types", "/api/queues/length"]
-    for page in pages:
-        assert _flower_status(base + page) == 401, page
-        assert _flower_status(base + page, auth=(user, password + "x")) == 401, page
-        assert _flower_status(base + page, auth=(user + "x", password)) == 401, page
-        assert _flower_status(base + page, auth=(user, password)) == 200, page
-    # Control and task APIs refuse anonymous callers too (they could run tasks or stop workers).
-    for action in ("/api/task/send-task/shardfuse.search", "/api/worker/shutdown/ingest@nowhere"):
-        assert _flower_status(base + action, method="POST") == 401, action
-    assert flower_ready(base + "/", user=user, password=password)
-    assert not flower_ready(base + "/", user=user, password=password + "x")
-
+    logs = {worker: layout.log_file(worker).read_text() for worker in ("worker-ingest", "worker-embed", "worker-query")}
+    for worker, log in logs.items():  # Celery: "Received invalid task message: Refusing to deserialize ..."
+        assert "Received invalid task message: Refusing to deserialize untrusted content" in log, worker
+    # The message without Celery's headers is decoded by the consumer itself: refused the same way, acked.
+    assert "Can't decode message body: ContentDisallowed('Refusing to deserialize untrusted content" in logs[
+        "worker-ingest"]
 
 INJECTIONS = [
     "x'; DROP TABLE shard_0.chunks; --",
@@ -371,7 +360,7 @@ def test_injection_strings_are_only_ever_literal_values(stack: Stack) -> None:
             for table in ("chunks", "documents"):
                 assert conn.execute("SELECT to_regclass(%s)", (f"shard_{shard}.{table}",)).fetchone() != (None,)
         assert conn.execute("SELECT to_regclass('shardfuse.deadletters')").fetchone() != (None,)
-        stored = dict(conn.execute(
+        stored: dict[str, str] = dict(conn.execute(
             "SELECT path, metadata->>'label' FROM shard_0.documents WHERE zone = %s UNION ALL "
             "SELECT path, metadata->>'label' FROM shard_1.documents WHERE zone = %s", (zone, zone)).fetchall())
     assert {path: stored[path] for path in docs} == {path: meta["label"] for path, (_, meta) in docs.items()}

@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.exceptions import Retry
+from celery.exceptions import Reject, Retry
 
-from pipeline.errors import StoreUnavailableError
+from pipeline.errors import DocumentBusyError, InvalidEventError, StoreUnavailableError
 from pipeline.events import Op, WriteEvent
 from pipeline.settings import Settings
 from workers.app_factory import create_app
 from workers.names import Task
 from workers.publishing import CeleryEventSink
+from workers.tasks import base
 from workers.tasks.base import PipelineTask, message_items
 
 
@@ -120,3 +121,41 @@ def test_only_the_items_that_failed_are_retried_and_the_rest_stay_done(eager_app
             kwargs = retry.sig.kwargs
     assert calls == [[0, 1, 2, 3, 4], [1, 3], [1, 3]]
     assert sorted(done) == [0, 1, 2, 3, 4]  # each item done exactly once
+
+
+def _batch_task(app: Celery, failures_for: Any) -> Any:
+    @app.task(name="test.settle", bind=True, base=PipelineTask)
+    def settle(self: PipelineTask, item: int | None = None, items: list[int] | None = None) -> dict[str, Any]:
+        def work(xs: Sequence[int]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
+            failures = [(x, failures_for(x)) for x in xs if failures_for(x) is not None]
+            return {"done": len(xs) - len(failures)}, failures
+
+        return self.guarded_each("item", message_items(item, items), work)
+
+    return settle
+
+
+def test_documents_another_worker_holds_go_back_without_spending_the_retry_budget(
+    eager_app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[tuple[str, dict[str, Any], float]] = []
+    monkeypatch.setattr(eager_app, "send_task",
+                        lambda name, kwargs, countdown: sent.append((name, kwargs, countdown)))
+    task = _batch_task(eager_app, lambda x: DocumentBusyError(f"{x} is held") if x in (1, 2) else None)
+    # On the last attempt the retry budget is spent, yet busy items are not dead-lettered: they wait.
+    result = task.apply(kwargs={"items": [0, 1, 2, 3]}, retries=eager_app.shardfuse_settings.workers.max_retries)
+    assert result.get() == {"done": 2, "dead_letters": 0, "busy": 2}
+    assert sent == [("test.settle", {"items": [1, 2]}, eager_app.shardfuse_settings.delivery.busy_retry_s)]
+
+
+def test_a_message_whose_failure_cannot_be_recorded_goes_back_on_its_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dead-letter table lives in a PostgreSQL that is down (nothing listens on port 1).
+    app = create_app(Settings(postgres={"dsn": "postgresql://postgres@127.0.0.1:1/down"}))
+    app.conf.task_always_eager = True
+    monkeypatch.setattr(base, "REQUEUE_PAUSE_S", 0)
+    task = _batch_task(app, lambda x: InvalidEventError("bad") if x == 1 else None)
+    result = task.apply(kwargs={"items": [0, 1]})
+    # Not acknowledged as done: rejected with requeue, so the whole message runs again (item 0 as a no-op).
+    assert result.state == "REJECTED"
+    assert isinstance(result.result, Reject) and result.result.requeue
+    assert "cannot reach PostgreSQL" in str(result.result)

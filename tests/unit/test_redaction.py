@@ -30,18 +30,19 @@ PG_PW = "Pg@9w/SECRET'x"
 
 def _secret_settings(**extra: object) -> Settings:
     redis_pw = quote(REDIS_PW, safe="")
-    return Settings(
-        broker={"url": f"redis://:{redis_pw}@127.0.0.1:16379/0", "result_backend": f"redis://:{redis_pw}@127.0.0.1:16379/1"},
-        postgres={"dsn": f"postgresql://postgres:{quote(PG_PW, safe='')}@127.0.0.1:15432/sf",
-                  "shard_dsns": ["host=127.0.0.1 port=15432 dbname=s0 user=u password=ShardPw0",
-                                 "postgresql://u:ShardPw1@127.0.0.1:15432/s1"]},
-        shards=2,
-        embedder={"api_key": "sk-embedder-SECRET"},
-        context={"api_key": "sk-context-SECRET"},
-        query={"expansion": {"api_key": "sk-expansion-SECRET"}},
-        flower={"password": "flower-SECRET"},
+    return Settings.model_validate({
+        "broker": {"url": f"redis://:{redis_pw}@127.0.0.1:16379/0",
+                   "result_backend": f"redis://:{redis_pw}@127.0.0.1:16379/1"},
+        "postgres": {"dsn": f"postgresql://postgres:{quote(PG_PW, safe='')}@127.0.0.1:15432/sf",
+                     "shard_dsns": ["host=127.0.0.1 port=15432 dbname=s0 user=u password=ShardPw0",
+                                    "postgresql://u:ShardPw1@127.0.0.1:15432/s1"]},
+        "shards": 2,
+        "embedder": {"api_key": "sk-embedder-SECRET"},
+        "context": {"api_key": "sk-context-SECRET"},
+        "query": {"expansion": {"api_key": "sk-expansion-SECRET"}},
+        "flower": {"password": "flower-SECRET"},
         **extra,
-    )  # type: ignore[arg-type]
+    })
 
 
 @pytest.mark.parametrize(
@@ -77,7 +78,7 @@ def test_secret_values_lists_every_secret_of_the_settings() -> None:
         REDIS_PW, PG_PW, "ShardPw0", "ShardPw1", "sk-embedder-SECRET", "sk-context-SECRET",
         "sk-expansion-SECRET", "flower-SECRET",
     }  # fmt: skip
-    assert secret_values(Settings(flower={"password": ""})) == []  # type: ignore[arg-type]
+    assert secret_values(Settings.model_validate({"flower": {"password": ""}})) == []
 
 
 def test_redact_text_masks_plain_and_url_encoded_spellings() -> None:

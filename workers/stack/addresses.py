@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import psycopg.conninfo
 
 from pipeline.errors import ConfigurationError
+from pipeline.redaction import redact_url
 from pipeline.settings import Settings
 
 DEFAULT_REDIS_PORT = 6379
@@ -70,13 +71,13 @@ def parse_redis_url(url: str) -> Endpoint:
     """``redis://HOST:PORT/DB`` -> Endpoint(HOST, PORT); the port defaults to 6379."""
     parts = urlsplit(url)
     if parts.scheme != "redis":
-        raise ConfigurationError(f"broker.url must be a redis:// URL for the embedded stack, got {url!r}")
+        raise ConfigurationError(f"broker.url must be a redis:// URL for the embedded stack, got {redact_url(url)!r}")
     if not parts.hostname:
-        raise ConfigurationError(f"broker.url {url!r} names no host")
+        raise ConfigurationError(f"broker.url {redact_url(url)!r} names no host")
     try:
         port = parts.port or DEFAULT_REDIS_PORT
     except ValueError as exc:
-        raise ConfigurationError(f"broker.url {url!r} has an invalid port") from exc
+        raise ConfigurationError(f"broker.url {redact_url(url)!r} has an invalid port") from exc
     return Endpoint(parts.hostname, port)
 
 

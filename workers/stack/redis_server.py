@@ -16,6 +16,8 @@ from urllib.parse import unquote, urlsplit
 
 import psutil
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from pipeline.redaction import url_password
 from workers.stack import processes
@@ -153,8 +155,9 @@ def redis_ready(endpoint: Endpoint, *, password: str | None = None) -> bool:
 
 def _ping(endpoint: Endpoint, password: str | None) -> bool:
     """PING; False while the server cannot answer yet. AuthenticationError if it refuses the client."""
+    # No retries: redis-py would otherwise retry a refused AUTH with backoff (seconds per readiness poll).
     client = redis.Redis(host=endpoint.host, port=endpoint.port, password=password or None, socket_timeout=1,
-                         socket_connect_timeout=1)  # fmt: skip
+                         socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))  # fmt: skip
     try:
         return bool(client.ping())
     except redis.AuthenticationError:

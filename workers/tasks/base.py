@@ -9,11 +9,14 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
+import psycopg
+import redis
 from celery import Task
-from celery.exceptions import Reject, Retry
+from celery.exceptions import Reject
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from pipeline.deadletters import record_dead_letter
-from pipeline.errors import DocumentBusyError, LeaseLostError, PermanentError
+from pipeline.errors import DocumentBusyError, LeaseLostError, PermanentError, StoreUnavailableError
 from pipeline.leases import DocumentLeases, Lease
 from workers.names import Task as TaskName
 from workers.runtime import WorkerRuntime
@@ -24,6 +27,9 @@ VECTOR_INDEX_FLAG = "shardfuse:vector_index:scheduled"
 VECTOR_INDEX_FLAG_TTL_S = 3600
 # A message whose failures could not be recorded waits this long before it goes back on its queue.
 REQUEUE_PAUSE_S = 2.0
+# What "could not be recorded" means: the dead-letter table or the broker was out of reach.
+UNREACHABLE = (StoreUnavailableError, psycopg.OperationalError, redis.ConnectionError, redis.TimeoutError,
+               KombuOperationalError, OSError)
 
 def message_items(one: Any, many: list[Any] | None) -> list[Any]:
     """The items of a message that carries one (``event=``) or several (``events=``), or both."""
@@ -146,13 +152,13 @@ class PipelineTask(Task):  # type: ignore[misc]
                          max_retries=self.runtime.settings.workers.max_retries)
 
     def _settled(self, settle: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """Run ``settle`` (dead-letter, retry); if it cannot be done, put the message back on its queue
-        rather than let Celery acknowledge a message whose failure was recorded nowhere."""
+        """Run ``settle`` (dead-letter, retry); if the database or the broker cannot be reached to do it,
+        put the message back on its queue rather than let Celery acknowledge a message whose failure was
+        recorded nowhere. (Anything else that breaks here is a bug: the task fails, visibly, in the worker's
+        log and in Flower, instead of coming back forever.)"""
         try:
             return settle()
-        except Retry:
-            raise
-        except Exception as exc:  # noqa: BLE001 - anything here would otherwise lose the message
+        except UNREACHABLE as exc:
             log.error("%s could not record its failures (%r); the message goes back on its queue in %.0fs",
                       self.name, exc, REQUEUE_PAUSE_S)
             time.sleep(REQUEUE_PAUSE_S)  # whatever is down gets a moment before the message runs again

@@ -241,23 +241,47 @@ def wait_in_flight(stack: Stack, queue: str, *, timeout: float = 60.0) -> int:
         client.close()
 
 
-def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> None:
-    """``stack.wait()``, then make sure the pipeline stays idle for ``quiet_s``.
+PIPELINE_WORKERS = ("worker-ingest", "worker-embed", "worker-maintenance")
 
-    ``monitor.pending_work`` reads the queue lists and then the ``unacked`` hash: a message restored from
-    the second to the first between the two reads looks like no work for one poll. Requiring a quiet spell
-    keeps that from ending a wait early (and from passing a loss off as a race, or the reverse).
+
+class ComponentDied(AssertionError):
+    """A worker pool of the stack exited by itself (nobody killed it)."""
+
+
+def dead_components(stack: Stack, names: Collection[str] = PIPELINE_WORKERS) -> list[str]:
+    return [name for name in names if not stack.state.components[name].is_alive()]
+
+
+def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> None:
+    """Block until the pipeline is idle (``monitor.pending_work``: no message waiting or unacknowledged in
+    the ingest, embed and maintenance queues, every shard's BM25 generation current) and stays idle for
+    ``quiet_s``. Raises :class:`ComponentDied` at once if a pipeline worker pool is gone, rather than
+    waiting out ``timeout`` (a safety bound, not a measurement) for work nobody will do.
+
+    The quiet spell matters: ``pending_work`` reads the queue lists and then the ``unacked`` hash, so a
+    message restored from the second to the first between the two reads looks like no work for one poll.
     """
     deadline = time.monotonic() + timeout
     client = monitor.broker_client(stack.settings)
+    quiet_since: float | None = None
+    checked = 0.0
     try:
         while True:
-            stack.wait(timeout=max(1.0, deadline - time.monotonic()))
-            quiet_until = time.monotonic() + quiet_s
-            while time.monotonic() < quiet_until and monitor.pending_work(stack.settings, client)["idle"]:
-                time.sleep(0.1)
-            if time.monotonic() >= quiet_until:
+            now = time.monotonic()
+            if now - checked >= 1.0:
+                checked = now
+                dead = dead_components(stack)
+                if dead:
+                    raise ComponentDied(f"{dead} exited by themselves; see {LOG_COPIES} once the module ends")
+            state = monitor.pending_work(stack.settings, client)
+            if not state["idle"]:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= quiet_s:
                 return
+            assert now < deadline, f"the pipeline did not drain within {timeout:.0f} s: {state}"
+            time.sleep(0.2)
     finally:
         client.close()
 
