@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -27,10 +28,10 @@ def record_dead_letter(
         event = document["event"]
     zone = event.get("zone") if event else payload.get("zone")
     path = event.get("path") if event else payload.get("path")
-    # PostgreSQL's text and jsonb refuse NUL: a payload that carries one (often the very reason it failed)
-    # is stored with each NUL spelled out as the six characters \u0000, or it could never be dead-lettered.
-    row_values = (task, json.dumps(_no_nul(payload), default=str), _no_nul(_text(zone)), _no_nul(_text(path)),
-                  _no_nul(error_class), _no_nul(reason), attempts)
+    # PostgreSQL's text and jsonb refuse NUL, lone surrogates and NaN: a payload that carries one (often the
+    # very reason it failed) is stored with them spelled out, or it could never be dead-lettered.
+    row_values = (task, json.dumps(_storable(payload), default=str, allow_nan=False), _storable(_text(zone)),
+                  _storable(_text(path)), _storable(error_class), _storable(reason), attempts)
     with pool.connection() as conn:
         row = conn.execute(
             f"INSERT INTO {SHARED_SCHEMA}.deadletters (task, payload, zone, path, error_class, reason, attempts) "
@@ -41,14 +42,17 @@ def record_dead_letter(
     return int(row[0])
 
 
-def _no_nul(value: Any) -> Any:
-    """``value`` with every NUL in its strings (keys included, at any depth) written as ``\\u0000``."""
+def _storable(value: Any) -> Any:
+    """``value`` as PostgreSQL can store it, at any depth: NUL written as ``\\u0000``, a lone surrogate as
+    its ``\\udcxx`` escape, NaN and infinities as strings."""
     if isinstance(value, str):
-        return value.replace("\x00", "\\u0000")
+        return value.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if isinstance(value, dict):
-        return {_no_nul(k): _no_nul(v) for k, v in value.items()}
+        return {_storable(k): _storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_no_nul(v) for v in value]
+        return [_storable(v) for v in value]
     return value
 
 

@@ -20,6 +20,8 @@ from pipeline.settings import Settings
 from workers.names import PIPELINE_QUEUES, PUBLISHED_HEADER, Queue
 
 _PRIORITY_SEP = "\x06\x16"
+# How long the pipeline must look idle before ``wait_until_indexed`` believes it.
+IDLE_SETTLE_S = 1.0
 _PRIORITY_STEPS = (0, 3, 6, 9)
 
 
@@ -143,13 +145,20 @@ def wait_until_indexed(
     deadline = time.monotonic() + timeout
     stale_since: dict[int, float] = {}
     grace = settings.bm25.rebuild_debounce_s + 5
+    idle_since: float | None = None
     while True:
         state = pending_work(settings, client)
         if on_progress is not None:
             on_progress(state)
-        if state["idle"]:
-            return True
         now = time.monotonic()
+        # A message a worker is taking off its queue is, for a moment, neither waiting nor in flight (kombu
+        # pops it, decodes it, then records it as unacked): idle must hold for a while to count.
+        if not state["idle"]:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
+        elif now - idle_since >= IDLE_SETTLE_S:
+            return True
         if now >= deadline:
             return False
         maintenance_idle = state["pending"][Queue.MAINTENANCE.value] == 0

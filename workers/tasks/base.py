@@ -16,7 +16,13 @@ from celery.exceptions import Reject
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from pipeline.deadletters import record_dead_letter
-from pipeline.errors import DocumentBusyError, LeaseLostError, PermanentError, StoreUnavailableError
+from pipeline.errors import (
+    DocumentBusyError,
+    InvalidEventError,
+    LeaseLostError,
+    PermanentError,
+    StoreUnavailableError,
+)
 from pipeline.leases import DocumentLeases, Lease
 from workers.names import Task as TaskName
 from workers.runtime import WorkerRuntime
@@ -116,6 +122,22 @@ class PipelineTask(Task):  # type: ignore[misc]
         except Exception as whole:  # noqa: BLE001 - settled per item below
             summary, failures = {}, [(item, whole) for item in items]
         return self._settled(lambda: summary | self._settle_each(key, items, failures, carry or {}))
+
+    def refuse_malformed(self, arguments: dict[str, Any], unknown: dict[str, Any], *,
+                         lists: Sequence[str]) -> dict[str, Any] | None:
+        """Dead-letter, whole and at once, a message that is not what the task takes: an argument it does
+        not know (``unknown``), or one of ``lists`` that is not a list. None when the message is fine.
+
+        Such a message would otherwise fail in Celery's call of the task, before any of our code runs, and
+        be acknowledged with its failure recorded nowhere.
+        """
+        problems = [f"unknown argument(s) {', '.join(sorted(unknown))}"] if unknown else []
+        problems += [f"{name} must be a list, got {type(arguments[name]).__name__}" for name in lists
+                     if arguments.get(name) is not None and not isinstance(arguments[name], list)]
+        if not problems:
+            return None
+        error = InvalidEventError(f"malformed {self.name} message: {'; '.join(problems)}")
+        return self._settled(partial(self._dead_letter, {**arguments, **unknown}, error))
 
     def _settle_each(self, key: str, items: Sequence[Any], failures: list[tuple[Any, BaseException]],
                      carry: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ _limits = app.shardfuse_settings.workers.embed_limits
 @app.task(name=Task.EMBED.value, bind=True, base=PipelineTask,
           soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
 def embed(self: PipelineTask, document: dict[str, Any] | None = None,
-          documents: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+          documents: list[dict[str, Any]] | None = None, **unknown: Any) -> dict[str, Any]:
     """Index the documents of one message (``documents``; ``document`` is the one-document form).
 
     Every document goes to the process's batcher at once, so one message's documents share requests and
@@ -70,4 +70,7 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
                 self.schedule_vector_index(shard)
         return {"indexed": indexed, "stale": stale, "failed": len(failures)}, failures
 
+    refused = self.refuse_malformed({"document": document, "documents": documents}, unknown, lists=("documents",))
+    if refused is not None:
+        return refused
     return self.guarded_each("document", message_items(document, documents), work)

@@ -18,7 +18,7 @@ _limits = app.shardfuse_settings.workers.ingest_limits
 @app.task(name=Task.INGEST.value, bind=True, base=PipelineTask,
           soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
 def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = None,
-           refresh: bool = False) -> dict[str, Any]:
+           refresh: bool = False, **unknown: Any) -> dict[str, Any]:
     """Ingest the events of one message (``events``; ``event`` is the one-event form). ``refresh``
     re-indexes the seq a shard holds (``shardfuse backfill-context``).
 
@@ -56,4 +56,8 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
             self.schedule_bm25(shard)
         return dict(results), failures
 
-    return self.guarded_each("event", message_items(event, events), work, carry={"refresh": refresh})
+    arguments = {"event": event, "events": events, "refresh": refresh}
+    refused = self.refuse_malformed(arguments, unknown, lists=("events",))
+    if refused is not None:
+        return refused
+    return self.guarded_each("event", message_items(event, events), work, carry={"refresh": bool(refresh)})

@@ -68,6 +68,9 @@ def stack(provider: CountingServer) -> Iterator[Stack]:
         "SHARDFUSE_EMBEDDER__DIMENSIONS": str(DIMENSIONS),
         "SHARDFUSE_EMBEDDER__API_KEY": "sk-faults",
         "SHARDFUSE_EMBEDDER__BASE_URL": provider.base_url,
+        # Small requests (16 inputs, not the provider's 256): ~400 of them per run, so that a fifth failing
+        # is ~80 failed requests spread over many messages rather than a handful.
+        "SHARDFUSE_EMBEDDER__BATCH_SIZE": "16",
         # Within the embed task's wait for its documents (soft limit 25 s - 10 s): a request that keeps
         # failing fails its documents, whose task then retries, rather than running into the time limit.
         "SHARDFUSE_EMBEDDER__MAX_RETRY_S": "10",

@@ -46,7 +46,7 @@ DOWN_S = 3.0
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    with own_stack("redis_restart") as running:
+    with own_stack("redis_restart", {"SHARDFUSE_DELIVERY__LEASE_S": "45"}) as running:  # DIAGNOSTIC
         yield running
 
 
@@ -73,13 +73,13 @@ def test_broker_restart_mid_stream_loses_nothing(stack: Stack) -> None:
     publisher.join_checked()
     crashed: list[str] = []
     try:
-        drain(stack)
+        drain(stack, timeout=150)
     except ComponentDied:
         # A pool that exited instead of reconnecting is a failure of this test (asserted last); it is
         # restarted first, as an operator would, so that the counts still say whether anything was lost.
         crashed = dead_components(stack)
         restart(stack, crashed)
-        drain(stack)
+        drain(stack, timeout=150)
     fault: ZoneSnapshot = snapshot(stack.settings, "redis-restart", prefix="restart")
     print(f"\nredis stopped after {at_stop} events with {held} embed message(s) in flight, down {DOWN_S:.0f} s "
           f"+ {restart_s:.1f} s restart; publisher refused {publisher.refused} time(s) and re-flushed; "
