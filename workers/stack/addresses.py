@@ -1,8 +1,9 @@
 """Where each component of the embedded stack listens, parsed from the settings (pure, no I/O).
 
 Redis and PostgreSQL are configured once, by ``broker.url`` and ``postgres.dsn``: the launcher binds the
-servers to exactly the address clients will use. The embedded stack has no authentication worth the name
-(trust auth, no Redis password), so it only ever binds to loopback.
+servers to exactly the address clients will use. The embedded stack is a single-machine stack: passwords in
+``broker.url`` and ``postgres.dsn`` are honoured (Redis ``requirepass``, PostgreSQL scram-sha-256), but
+without them it runs open, so it only ever binds to loopback.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def is_loopback(host: str) -> bool:
 
 
 def require_loopback(host: str, *, what: str) -> None:
-    """Raise ConfigurationError unless ``host`` is loopback: the embedded servers run without auth."""
+    """Raise ConfigurationError unless ``host`` is loopback: the embedded servers may run without passwords."""
     if not is_loopback(host):
         raise ConfigurationError(
             f"{what} points at {host!r}, but the embedded stack only listens on loopback "

@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 import psycopg
@@ -132,39 +131,31 @@ class StreamPublisher(threading.Thread):
         self.handed = 0  # events handed to the sink
         self.refused = 0  # sends the broker refused (retried)
         self.error: BaseException | None = None
-        self.seconds = 0.0
 
     def run(self) -> None:
-        started = time.monotonic()
         try:
             settings = self.stack.settings
             per_message = settings.broker.events_per_message
             with CeleryEventSink.connect(settings) as sink:
                 publisher = Publisher(cas=LocalContentStore(settings.cas_root), sink=sink)
                 for doc in self.corpus:
-                    seq = time.time_ns()
-                    self.seqs[doc.name] = seq
+                    seq = self.seqs[doc.name] = time.time_ns()
                     try:
                         publisher.write(zone=self.zone, path=f"{self.prefix}/{doc.name}", data=doc.data, seq=seq)
-                    except StoreUnavailableError:
+                    except StoreUnavailableError:  # the sink still holds the event: flush it again
+                        self.refused += 1
+                        time.sleep(0.5)
                         self._flush_until_accepted(sink)
                     self.handed += 1
                     if self.pace_s and self.handed % per_message == 0:
                         time.sleep(self.pace_s)
-                self._flush_until_accepted(sink, first_try=True)
+                self._flush_until_accepted(sink)
         except BaseException as exc:  # noqa: BLE001 - reported by join_checked
             self.error = exc
-        finally:
-            self.seconds = time.monotonic() - started
 
-    def _flush_until_accepted(self, sink: CeleryEventSink, *, first_try: bool = False) -> None:
-        if not first_try:
-            self.refused += 1
+    def _flush_until_accepted(self, sink: CeleryEventSink) -> None:
         deadline = time.monotonic() + self.retry_for_s
         while True:
-            if not first_try:
-                time.sleep(0.5)
-            first_try = False
             try:
                 sink.flush()
                 return
@@ -172,6 +163,7 @@ class StreamPublisher(threading.Thread):
                 self.refused += 1
                 if time.monotonic() >= deadline:
                     raise
+                time.sleep(0.5)
 
     def wait_handed(self, count: int, timeout: float = 120.0) -> None:
         """Block until ``count`` events were handed to the sink (safety bound ``timeout``)."""
@@ -383,23 +375,17 @@ def assert_same_as_clean(fault: ZoneSnapshot, clean: ZoneSnapshot, *, seqs: dict
     assert fault.dead_letters == 0 and clean.dead_letters == 0, (fault.dead_letters, clean.dead_letters)
 
 
-def wait_for_documents(settings: Settings, zone: str, *, prefix: str, count: int, timeout: float) -> None:
-    """Block until ``zone`` holds at least ``count`` document rows (safety bound ``timeout``; never asserts
-    a duration: the caller's checks decide)."""
+def wait_for_documents(settings: Settings, zone: str, *, count: int, timeout: float) -> None:
+    """Block until ``zone`` holds at least ``count`` document rows (``timeout`` is a safety bound only)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if len(snapshot_documents(settings, zone)) >= count:
+        held = 0
+        for shard in range(settings.shards):
+            with (psycopg.connect(settings.shard_dsn(shard), connect_timeout=10) as conn,
+                  contextlib.suppress(psycopg.errors.UndefinedTable)):
+                row = conn.execute(sql.SQL("SELECT count(*) FROM {}.documents WHERE zone = %s")
+                                   .format(sql.Identifier(f"shard_{shard}")), (zone,)).fetchone()
+                held += int(row[0]) if row else 0
+        if held >= count:
             return
         time.sleep(0.2)
-
-
-def snapshot_documents(settings: Settings, zone: str) -> list[Any]:
-    rows: list[Any] = []
-    for shard in range(settings.shards):
-        with psycopg.connect(settings.shard_dsn(shard), connect_timeout=10) as conn:
-            try:
-                rows += conn.execute(sql.SQL("SELECT path FROM {}.documents WHERE zone = %s")
-                                     .format(sql.Identifier(f"shard_{shard}")), (zone,)).fetchall()
-            except psycopg.errors.UndefinedTable:
-                continue
-    return rows

@@ -75,7 +75,7 @@ def test_sigkilled_ingest_and_embed_pools_lose_and_duplicate_nothing(
 
     # Ingest first, once it holds a message and some documents are through the whole pipeline.
     publisher.wait_handed(len(corpus) // 5)
-    wait_for_documents(stack.settings, zone, prefix=prefix, count=50, timeout=60)
+    wait_for_documents(stack.settings, zone, count=50, timeout=60)
     held_ingest = wait_in_flight(stack, "ingest")
     killed_ingest = kill_tree(stack, "worker-ingest")
     # Then embed, while ingest is down: the embed pool still drains what ingest had passed on.

@@ -46,7 +46,7 @@ DOWN_S = 3.0
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    with own_stack("redis_restart", {"SHARDFUSE_DELIVERY__LEASE_S": "45"}) as running:  # DIAGNOSTIC
+    with own_stack("redis_restart") as running:
         yield running
 
 
