@@ -13,6 +13,7 @@ import pathlib
 import pickle
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -292,12 +293,21 @@ def test_a_pickled_message_is_rejected_and_never_run(stack: Stack) -> None:
     assert {name: proc["pid"] for name, proc in status["processes"].items()} == before
     assert all(proc["alive"] for proc in status["processes"].values())
     layout = StackLayout(stack.settings.data_path)
-    logs = {worker: layout.log_file(worker).read_text() for worker in ("worker-ingest", "worker-embed", "worker-query")}
-    for worker, log in logs.items():  # Celery: "Received invalid task message: Refusing to deserialize ..."
-        assert "Received invalid task message: Refusing to deserialize untrusted content" in log, worker
+    expected = {  # Celery: "Received invalid task message: Refusing to deserialize ..."
+        worker: ["Received invalid task message: Refusing to deserialize untrusted content"]
+        for worker in ("worker-ingest", "worker-embed", "worker-query")
+    }
     # The message without Celery's headers is decoded by the consumer itself: refused the same way, acked.
-    assert "Can't decode message body: ContentDisallowed('Refusing to deserialize untrusted content" in logs[
-        "worker-ingest"]
+    expected["worker-ingest"].append("Can't decode message body: ContentDisallowed('Refusing to deserialize "
+                                     "untrusted content")
+    deadline = time.monotonic() + 20  # a safety bound: the lines may reach the log file after the queue drains
+    while True:
+        logs = {worker: layout.log_file(worker).read_text() for worker in expected}
+        missing = [(w, line) for w, lines in expected.items() for line in lines if line not in logs[w]]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not missing, missing
 
 INJECTIONS = [
     "x'; DROP TABLE shard_0.chunks; --",
