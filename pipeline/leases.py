@@ -19,6 +19,7 @@ holder whose lease lapsed from writing over its successor:
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass
 
 import redis
@@ -28,11 +29,11 @@ from pipeline.liveness import ALIVE_PREFIX
 LEASE_PREFIX = "shardfuse:lease:"
 FENCE_KEY = "shardfuse:fence"
 
-# KEYS: lease, fence counter. ARGV: holder, ttl ms, alive-key prefix.
-# Returns {token, ""} when taken, {0, current holder} when a live holder has it.
+# KEYS: lease, fence counter. ARGV: holder, ttl ms, alive-key prefix, "reclaim" to take back a lease this
+# holder left behind. Returns {token, ""} when taken, {0, current holder} when a live holder has it.
 _ACQUIRE = """
 local held = redis.call('HGET', KEYS[1], 'holder')
-if held and redis.call('EXISTS', ARGV[3] .. held) == 1 then
+if held and redis.call('EXISTS', ARGV[3] .. held) == 1 and not (ARGV[4] == 'reclaim' and held == ARGV[1]) then
     return {0, held}
 end
 local token = redis.call('INCR', KEYS[2])
@@ -86,6 +87,8 @@ class DocumentLeases:
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
         self._raise_floor = client.register_script(_RAISE_FLOOR)
+        self._active: set[str] = set()  # keys of the leases this process is working under
+        self._lock = threading.Lock()
 
     def acquire(self, zone: str, path: str) -> Lease | None:
         """The document's lease with a new fencing token, or None while another live process holds it.
@@ -93,10 +96,16 @@ class DocumentLeases:
         ``ttl_s`` only bounds a lease whose holder keeps beating but never releases it; a dead holder's
         lease is taken over at once.
         """
-        token, _held_by = self._acquire(keys=[lease_key(zone, path), FENCE_KEY],
-                                        args=[self.holder, self.ttl_ms, ALIVE_PREFIX])
-        if int(token) == 0:
-            return None
+        key = lease_key(zone, path)
+        with self._lock:
+            # A lease this process holds under our name but is not working under was left behind: its
+            # release failed (Redis was down). Take it back rather than wait lease_s for it to expire.
+            reclaim = "" if key in self._active else "reclaim"
+            token, _held_by = self._acquire(keys=[key, FENCE_KEY], args=[self.holder, self.ttl_ms, ALIVE_PREFIX,
+                                                                         reclaim])
+            if int(token) == 0:
+                return None
+            self._active.add(key)
         return Lease(zone=zone, path=path, token=int(token), holder=self.holder)
 
     def holder_of(self, zone: str, path: str) -> str | None:
@@ -105,7 +114,10 @@ class DocumentLeases:
 
     def release(self, lease: Lease) -> bool:
         """Give the lease back; False when it had already lapsed (another holder may have it now)."""
-        return bool(self._release(keys=[lease_key(lease.zone, lease.path)], args=[lease.token]))
+        key = lease_key(lease.zone, lease.path)
+        with self._lock:
+            self._active.discard(key)  # even if Redis is unreachable now: acquire then takes it back
+        return bool(self._release(keys=[key], args=[lease.token]))
 
     def raise_floor(self, token: int) -> int:
         """Make the next token larger than ``token`` (one a shard reported); returns the counter."""

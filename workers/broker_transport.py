@@ -5,7 +5,8 @@ each acknowledgement, each unacked-message bookkeeping step, each task-event pub
 constructor builds response-callback tables and driver info every time: a thread-pool embed worker of
 ours spent 44 of its 319 GIL samples (py-spy) in it. A ``redis.Redis`` object holds no
 connection of its own: it checks one out of its pool per command, so one object serves every thread of
-the channel. The consuming side (BRPOP on the asynchronous pool) is untouched.
+the channel. The consuming side (BRPOP on the asynchronous pool) is untouched. It also keeps the
+connection parameters through a broker restart (``_connparams``, below).
 
 Selected by ``broker_transport`` in :mod:`workers.app_factory` for ``redis://`` brokers (``rediss://`` and
 ``sentinel://`` keep kombu's own transport).
@@ -22,6 +23,20 @@ from kombu.transport import redis as kombu_redis
 class Channel(kombu_redis.Channel):
     _short_client: Any = None
     _short_client_lock = threading.Lock()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._client_info = self.connection.client
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        # After the broker goes away, Celery's reconnect path calls Connection.collect(), which detaches the
+        # transport from its connection (client = None); closing the old channel then restores its unacked
+        # messages, which needs the connection parameters: the worker died with "'NoneType' object has no
+        # attribute 'hostname'" instead of reconnecting (kombu 5.7, any Redis restart while a message is held).
+        transport = self.connection
+        if transport is not None and transport.client is None:
+            transport.client = self._client_info
+        return super()._connparams(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:

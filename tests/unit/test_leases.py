@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fakeredis
 import pytest
+import redis
 
 from pipeline.leases import FENCE_KEY, DocumentLeases, lease_key
 from pipeline.liveness import Heartbeat, alive, alive_key
@@ -90,3 +91,25 @@ def test_heartbeat_marks_the_process_alive_until_it_stops(client: fakeredis.Fake
 def test_heartbeat_refuses_an_expiry_shorter_than_its_interval(client: fakeredis.FakeRedis) -> None:
     with pytest.raises(ValueError, match="dead_after_s"):
         Heartbeat(client, holder="h", interval_s=5, dead_after_s=5)
+
+
+def test_a_lease_whose_release_failed_is_taken_back_by_its_own_holder(
+    client: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leases = _worker(client, "a")
+    lease = leases.acquire("z", "p")
+    assert lease is not None
+    # The holder is working under it: a second copy of the message in the same process must wait.
+    assert leases.acquire("z", "p") is None
+
+    def unreachable(**_: object) -> int:
+        raise redis.ConnectionError("Redis is restarting")
+
+    with monkeypatch.context() as patch:  # the release fails: the lease stays behind in Redis
+        patch.setattr(leases, "_release", unreachable)
+        with pytest.raises(redis.ConnectionError):
+            leases.release(lease)
+    assert leases.holder_of("z", "p") == "a"
+    again = leases.acquire("z", "p")  # not stuck behind its own leftover for lease_s
+    assert again is not None and again.token > lease.token
+    assert _worker(client, "b").acquire("z", "p") is None  # another live worker still may not take it

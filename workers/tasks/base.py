@@ -170,8 +170,16 @@ class PipelineTask(Task):  # type: ignore[misc]
         return {"dead_letters": len(dead), "busy": len(busy)}
 
     def _retry(self, exc: BaseException, *, countdown: float, kwargs: dict[str, Any] | None = None) -> NoReturn:
-        raise self.retry(kwargs=kwargs, exc=exc, countdown=countdown,
-                         max_retries=self.runtime.settings.workers.max_retries)
+        try:
+            raise self.retry(kwargs=kwargs, exc=exc, countdown=countdown,
+                             max_retries=self.runtime.settings.workers.max_retries)
+        except Reject as refused:
+            # Celery raises Reject(requeue=False) when it cannot publish the retry message (the broker is
+            # restarting): the message would be dropped. Put it back on its queue instead, after a pause.
+            log.error("%s could not publish its retry (%s); the message goes back on its queue in %.0fs",
+                      self.name, refused.reason, REQUEUE_PAUSE_S)
+            time.sleep(REQUEUE_PAUSE_S)
+            raise Reject(str(refused.reason), requeue=True) from refused
 
     def _settled(self, settle: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Run ``settle`` (dead-letter, retry); if the database or the broker cannot be reached to do it,

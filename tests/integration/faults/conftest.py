@@ -1,20 +1,16 @@
 """What the fault-injection tests share.
 
 Each test module runs a whole stack of its own (``running_stack``: Redis, PostgreSQL, four worker pools,
-Flower), so killing or stopping a component never disturbs another test. Around that:
+Flower), so killing or stopping a component never disturbs another test. Around that: a deterministic
+corpus (:func:`make_corpus`); :class:`StreamPublisher`, which streams it through the real publisher and
+broker sink in a background thread and flushes again a message the broker refused (the sink keeps its
+events: what a user of the publisher would do); :func:`kill_tree` and :func:`restart` (``launcher.up(only=…)``
+with the stack's environment); :func:`drain` (``shardfuse wait``, stricter); :func:`snapshot` and
+:func:`assert_same_as_clean`, which read a zone's rows straight from every shard's ``documents`` and
+``chunks`` with psycopg and compare them exactly with a clean run of the same corpus.
 
-- a deterministic corpus of small, distinct plain-text documents (:func:`make_corpus`);
-- :class:`StreamPublisher`, a background thread that publishes a corpus at a steady pace through the real
-  publisher and broker sink, and re-sends a message the broker refused (the sink keeps the events of a
-  failed message; flushing again is what a user of the publisher would do);
-- :func:`kill_tree` (SIGKILL a component's process and every descendant, collected first) and
-  :func:`restart` (``launcher.up(only=…)`` with the stack's environment, which the workers inherit);
-- :func:`snapshot` and :func:`assert_same_as_clean`: a zone's rows read straight from every shard's
-  ``documents`` and ``chunks`` tables with psycopg, compared exactly with a clean run of the same corpus.
-
-Every stack here uses short broker visibility (40 s) so that the messages a killed worker held come back
-within a test's time (kombu's Redis transport restores unacknowledged messages older than the visibility
-timeout); the settings require it to exceed every task's hard limit, so the limits are lowered with it.
+The broker's visibility timeout is 40 s (task limits lowered with it: the settings require it to exceed
+every hard limit) so that kombu's Redis transport gives back what a killed worker held within a test.
 """
 
 from __future__ import annotations
@@ -42,6 +38,8 @@ from pipeline.settings import Settings
 from pipeline.store.schema import SHARED_SCHEMA
 from tests.integration.conftest import Stack, running_stack
 from workers import monitor
+from workers.app_factory import create_app
+from workers.names import Task
 from workers.publishing import CeleryEventSink
 from workers.stack import processes, up
 
@@ -244,19 +242,24 @@ def dead_components(stack: Stack, names: Collection[str] = PIPELINE_WORKERS) -> 
     return [name for name in names if not stack.state.components[name].is_alive()]
 
 
-def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> None:
-    """Block until the pipeline is idle (``monitor.pending_work``: no message waiting or unacknowledged in
-    the ingest, embed and maintenance queues, every shard's BM25 generation current) and stays idle for
-    ``quiet_s``. Raises :class:`ComponentDied` at once if a pipeline worker pool is gone, rather than
+def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> int:
+    """Wait as ``shardfuse wait`` does, stricter: until no message waits or is unacknowledged in the ingest,
+    embed and maintenance queues and every shard's BM25 generation is current (``monitor.pending_work``),
+    and that stays so for ``quiet_s``. Like ``shardfuse wait``, a shard left stale with no maintenance work
+    anywhere (its rebuild message lost between the ``scheduled`` flag and the send) gets a rebuild re-sent;
+    returns how many were. Raises :class:`ComponentDied` at once if a pipeline pool is gone, rather than
     waiting out ``timeout`` (a safety bound, not a measurement) for work nobody will do.
 
     The quiet spell matters: ``pending_work`` reads the queue lists and then the ``unacked`` hash, so a
     message restored from the second to the first between the two reads looks like no work for one poll.
     """
+    settings = stack.settings
     deadline = time.monotonic() + timeout
-    client = monitor.broker_client(stack.settings)
+    grace = settings.bm25.rebuild_debounce_s + 5  # as monitor.wait_until_indexed
+    client, app = monitor.broker_client(settings), create_app(settings)
     quiet_since: float | None = None
-    checked = 0.0
+    stale_since: dict[int, float] = {}
+    checked, resent = 0.0, 0
     try:
         while True:
             now = time.monotonic()
@@ -265,17 +268,20 @@ def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> None
                 dead = dead_components(stack)
                 if dead:
                     raise ComponentDied(f"{dead} exited by themselves; see {LOG_COPIES} once the module ends")
-            state = monitor.pending_work(stack.settings, client)
-            if not state["idle"]:
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = now
-            elif now - quiet_since >= quiet_s:
-                return
+            state = monitor.pending_work(settings, client)
+            quiet_since = None if not state["idle"] else quiet_since or now
+            if quiet_since is not None and now - quiet_since >= quiet_s:
+                return resent
+            stale_since = {shard: stale_since.get(shard, now) for shard in state["stale_shards"]}
+            for shard, since in stale_since.items():
+                if state["pending"]["maintenance"] == 0 and now - since > grace:
+                    app.send_task(Task.BM25_REBUILD.value, kwargs={"shard": shard})
+                    stale_since[shard], resent = now, resent + 1
             assert now < deadline, f"the pipeline did not drain within {timeout:.0f} s: {state}"
             time.sleep(0.2)
     finally:
         client.close()
+        app.close()
 
 
 # -- what the shards hold ---------------------------------------------------------------------------------

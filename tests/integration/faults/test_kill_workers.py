@@ -1,17 +1,24 @@
 """Fault: the ingest and embed worker pools are killed with SIGKILL while 2,000 write events stream in.
 
-What it proves: with ``acks_late`` and ``reject_on_worker_lost``, a message a killed worker held is never
-lost (it comes back from the broker's unacknowledged set: kombu's Redis transport restores what stayed
-unacknowledged past the visibility timeout, or a dead-worker release does it sooner) and re-running it is
+What it proves: with ``acks_late`` and ``reject_on_worker_lost``, a message a killed worker held is not
+lost (it stays in the broker's unacknowledged set and comes back: kombu's Redis transport restores what
+stays unacknowledged past the visibility timeout, a dead-worker release does it sooner) and re-running it is
 harmless (chunk ids and the version rule make every task idempotent). After the pools are restarted with
 ``launcher.up(only=…)``, every one of the 2,000 documents is indexed exactly once, at the seq it was
 published with, with the same per-path chunk counts, total and statuses as a clean run of the same corpus,
 no duplicate ``(zone, path, ordinal)`` or chunk id, and nothing dead-lettered.
 
+Known gap it catches (about one kill in six here): kombu's Redis transport takes a message off its list with
+BRPOP and only then, in the worker, records it in ``unacked``; a worker killed between the two loses the
+message for good (the one published at the instant of the kill: 16 documents missing, printed as the
+publisher message they were sent in).
+
 Re-runnable: ``SHARDFUSE_FAULT_ROUNDS=5`` runs the kill five times against one stack (five new zones, one
 clean run), or loop in a shell::
 
-    for i in 1 2 3 4 5; do .venv/bin/python -m pytest -q tests/integration/faults/test_kill_workers.py || break; done
+    for i in 1 2 3 4 5; do
+        .venv/bin/python -m pytest -q -m faults tests/integration/faults/test_kill_workers.py || break
+    done
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ def clean(stack: Stack, corpus: list[Doc]) -> ZoneSnapshot:
 
 @pytest.mark.integration
 @pytest.mark.faults
+@pytest.mark.broker_faults  # known failures, docs/reliability.md: in make test-faults, not make test
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_sigkilled_ingest_and_embed_pools_lose_and_duplicate_nothing(
@@ -73,23 +81,28 @@ def test_sigkilled_ingest_and_embed_pools_lose_and_duplicate_nothing(
     publisher = StreamPublisher(stack, zone, corpus, prefix=prefix, pace_s=PACE_S)
     publisher.start()
 
-    # Ingest first, once it holds a message and some documents are through the whole pipeline.
+    # Once some documents are through the whole pipeline and both pools hold messages: ingest, then embed.
     publisher.wait_handed(len(corpus) // 5)
     wait_for_documents(stack.settings, zone, count=50, timeout=60)
     held_ingest = wait_in_flight(stack, "ingest")
-    killed_ingest = kill_tree(stack, "worker-ingest")
-    # Then embed, while ingest is down: the embed pool still drains what ingest had passed on.
     held_embed = wait_in_flight(stack, "embed")
-    killed_embed = kill_tree(stack, "worker-embed")
     at_kill = publisher.handed
+    killed_ingest = kill_tree(stack, "worker-ingest")
+    killed_embed = kill_tree(stack, "worker-embed")
     time.sleep(2)  # events keep arriving with no consumer
     restart_s = restart(stack, {"worker-ingest", "worker-embed"})
 
     publisher.join_checked()
-    drain(stack)
+    resent = drain(stack)
     snap = snapshot(stack.settings, zone, prefix=prefix)
+    # Which publisher messages (16 events each, in corpus order) the missing documents were sent in.
+    per_message = stack.settings.broker.events_per_message
+    lost = sorted({i // per_message for i, doc in enumerate(corpus) if doc.name not in snap.documents})
     print(f"\nround {round_}: killed ingest {killed_ingest} holding {held_ingest} ingest message(s) and embed "
-          f"{killed_embed} holding {held_embed} embed message(s) after {at_kill} events; restarted in "
-          f"{restart_s:.1f} s; {snap.summary()} (clean {clean.summary()}); {time.monotonic() - started:.1f} s")
+          f"{killed_embed} holding {held_embed} embed message(s) with {at_kill} events handed over (message "
+          f"#{at_kill // per_message} filling); restarted in "
+          f"{restart_s:.1f} s; BM25 rebuilds re-sent by the wait: {resent}; {snap.summary()} "
+          f"(clean {clean.summary()}); publisher messages with missing documents: {lost or 'none'}; "
+          f"{time.monotonic() - started:.1f} s")
     assert_same_as_clean(snap, clean, seqs=publisher.seqs)
     assert len(killed_ingest) >= 2, "the ingest pool's children were not collected"

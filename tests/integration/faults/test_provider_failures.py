@@ -56,7 +56,8 @@ class CountingServer(FakeEmbeddingsServer):
 
 @pytest.fixture(scope="module")
 def provider() -> Iterator[CountingServer]:
-    with CountingServer(dimensions=DIMENSIONS, retry_after_s=0.2, seed=6) as server:
+    server = CountingServer(dimensions=DIMENSIONS, retry_after_s=0.2, seed=6)
+    with server:
         yield server
 
 
@@ -96,11 +97,12 @@ def test_a_fifth_of_provider_requests_failing_loses_nothing(stack: Stack, provid
     publisher = StreamPublisher(stack, "provider-faults", corpus, prefix="faulty")
     publisher.start()
     publisher.join_checked()
-    drain(stack)
+    resent = drain(stack)
     fault = snapshot(stack.settings, "provider-faults", prefix="faulty")
     requests = len(provider.embedding_requests()) - clean_requests
     embedded = provider.embedded_inputs - inputs_before
     print(f"\nprovider faults: {requests} requests, refused {dict(provider.refused)}, {embedded} inputs embedded; "
+          f"BM25 rebuilds re-sent by the wait: {resent}; "
           f"{fault.summary()} (clean {clean.summary()}); {time.monotonic() - started:.1f} s")
     assert_same_as_clean(fault, clean, seqs=publisher.seqs)
     assert provider.refused.get(429, 0) > 0 and provider.refused.get(500, 0) > 0, provider.refused

@@ -10,7 +10,13 @@ and publishes them once it is back (the test flushes again, as a user of the pub
 keeps a refused message's events for the next flush, and the test counts the refusals; nothing is sent
 twice by the publisher). Afterwards the zone holds exactly what a clean run of the same corpus holds: every
 document once, at its published seq, same per-path chunk counts and total, no duplicate ordinal or chunk
-id, no dead letter.
+id, no dead letter. A worker pool that exits instead of reconnecting fails the test (after the counts are
+checked, the pool being restarted first as an operator would).
+
+Known failure it catches (every run here): Celery/kombu 5.7 prefork pools (ingest, maintenance) that hold an
+unacknowledged message while a BRPOP is outstanding die with ``Unrecoverable error: AttributeError("'NoneType'
+object has no attribute 'hostname'")`` when the broker goes away (``Connection.collect()`` detaches the
+transport, then ``close()`` re-runs the channel's ``restore_unacked`` without connection parameters).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ def stack() -> Iterator[Stack]:
 
 @pytest.mark.integration
 @pytest.mark.faults
+@pytest.mark.broker_faults  # known failures, docs/reliability.md: in make test-faults, not make test
 @pytest.mark.timeout(600)
 def test_broker_restart_mid_stream_loses_nothing(stack: Stack) -> None:
     corpus: list[Doc] = make_corpus()
@@ -73,17 +80,18 @@ def test_broker_restart_mid_stream_loses_nothing(stack: Stack) -> None:
     publisher.join_checked()
     crashed: list[str] = []
     try:
-        drain(stack, timeout=150)
+        resent = drain(stack, timeout=150)
     except ComponentDied:
         # A pool that exited instead of reconnecting is a failure of this test (asserted last); it is
         # restarted first, as an operator would, so that the counts still say whether anything was lost.
         crashed = dead_components(stack)
         restart(stack, crashed)
-        drain(stack, timeout=150)
+        resent = drain(stack, timeout=150)
     fault: ZoneSnapshot = snapshot(stack.settings, "redis-restart", prefix="restart")
     print(f"\nredis stopped after {at_stop} events with {held} embed message(s) in flight, down {DOWN_S:.0f} s "
           f"+ {restart_s:.1f} s restart; publisher refused {publisher.refused} time(s) and re-flushed; "
-          f"pools that exited instead of reconnecting: {crashed or 'none'}; "
+          f"pools that exited instead of reconnecting: {crashed or 'none'}; BM25 rebuilds re-sent by the wait: "
+          f"{resent}; "
           f"{fault.summary()} (clean {clean.summary()}); {time.monotonic() - started:.1f} s")
     assert_same_as_clean(fault, clean, seqs=publisher.seqs)
     assert not crashed, f"{crashed} exited on the broker restart instead of reconnecting (see their logs)"
