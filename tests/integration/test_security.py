@@ -7,6 +7,7 @@ test_secrets.py.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import pathlib
@@ -233,6 +234,11 @@ def test_explain_chunks_and_dead_letters_keep_zones_apart(stack: Stack, tmp_path
     stack.cli("deadletters", "purge", "--zone", zones[0], "--yes")
 
 
+# The content type the forged message claims. No serializer setting of ours names it: the app accepts JSON
+# only, and this test proves that a message claiming anything else is refused unread.
+FORGED_CONTENT_TYPE = "application/x-python-serialize"
+
+
 class _TouchOnLoad:
     """Unpickling this creates ``path``: proof of code run by a deserializer."""
 
@@ -241,6 +247,18 @@ class _TouchOnLoad:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (pathlib.Path.touch, (pathlib.Path(self.path),))
+
+
+def _forged_envelope(body: bytes, queue: str, task: str | None) -> dict[str, Any]:
+    """A message as kombu's Redis transport stores it, whose body claims to be a pickle."""
+    return {
+        "body": base64.b64encode(body).decode("ascii"),
+        "content-encoding": "binary",
+        "content-type": FORGED_CONTENT_TYPE,
+        "headers": _task_headers(task) if task else {},
+        "properties": {"delivery_mode": 2, "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
+                       "body_encoding": "base64", "delivery_tag": str(uuid.uuid4())},
+    }
 
 
 def _task_headers(task: str) -> dict[str, Any]:
@@ -252,7 +270,6 @@ def _task_headers(task: str) -> dict[str, Any]:
 
 def test_a_pickled_message_is_rejected_and_never_run(stack: Stack) -> None:
     from workers import monitor
-    from workers.app_factory import create_app
     from workers.names import Queue, Task
     from workers.stack.layout import StackLayout
 
@@ -263,19 +280,19 @@ def test_a_pickled_message_is_rejected_and_never_run(stack: Stack) -> None:
     assert (markers / "control").exists()
 
     before = {name: comp.pid for name, comp in stack.state.components.items()}
-    app = create_app(stack.settings)
     sends = [  # (queue, task header or None for a message without Celery's headers, marker)
         (Queue.INGEST, Task.INGEST, "ingest"), (Queue.INGEST, None, "ingest-headerless"),
         (Queue.EMBED, Task.EMBED, "embed"), (Queue.QUERY, Task.SEARCH, "query"),
     ]
-    with app.connection_for_write() as conn:
-        producer = conn.Producer()
+    # What an attacker with access to the broker does: push a forged envelope straight onto the queue list
+    # (kombu's Redis layout), declaring a pickled body. No producer of ours is ever set up to send one.
+    client = monitor.broker_client(stack.settings)
+    try:
         for queue, task, name in sends:
             body = pickle.dumps(((), {"event": _TouchOnLoad(markers / name)}, {}))
-            kombu_queue = app.amqp.queues[queue.value]
-            producer.publish(body, exchange=kombu_queue.exchange, routing_key=kombu_queue.routing_key,
-                             content_type="application/x-python-serialize", content_encoding="binary",
-                             headers=_task_headers(task.value) if task else {}, declare=[kombu_queue])
+            client.lpush(queue.value, json.dumps(_forged_envelope(body, queue.value, task.value if task else None)))
+    finally:
+        client.close()
     with stack.publisher() as publisher:  # a good event behind the bad ones
         publisher.write(zone="sec-json", path="fine.txt", data=b"a healthy jsononlyterm document")
     stack.wait()  # ingest, embed and maintenance hold nothing waiting or in flight
