@@ -2,7 +2,7 @@
 
 A process's *holder id* names one incarnation of it (host, pid and a random suffix, so a restarted worker
 that reuses a pid or a node name is a new holder). Document leases (:mod:`pipeline.leases`) and the
-delivery reaper (``workers.redelivery``) ask :func:`alive` instead of trusting timeouts alone: work held by
+delivery reaper (``workers.redelivery``) check these keys instead of trusting timeouts alone: work held by
 a process that stopped beating is released within ``dead_after_s``, not after the task's time limit.
 """
 
@@ -14,7 +14,7 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import redis
 
@@ -31,17 +31,6 @@ def new_holder_id(role: str = "") -> str:
     """An id for this incarnation of this process: ``host:pid:suffix`` (``role`` names what it does)."""
     name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
     return f"{role}@{name}" if role else name
-
-
-def alive(client: redis.Redis, holders: Iterable[str]) -> dict[str, bool]:
-    """Whether each holder beat within its expiry."""
-    wanted = list(holders)
-    if not wanted:
-        return {}
-    pipe = client.pipeline(transaction=False)
-    for holder in wanted:
-        pipe.exists(alive_key(holder))
-    return {holder: bool(n) for holder, n in zip(wanted, pipe.execute(), strict=True)}
 
 
 class Heartbeat:

@@ -78,6 +78,12 @@ def claimed_tags(client: redis.Redis) -> set[str]:
     return claimed
 
 
+def orphan_grace_s(dead_after_s: float) -> float:
+    """How old an unclaimed unacked message must be to count as orphaned: a message delivered moments ago
+    may not be in its worker's claims yet (they are published once a beat)."""
+    return 2 * dead_after_s
+
+
 def orphaned_tags(client: redis.Redis, *, grace_s: float, now: float | None = None) -> list[str]:
     """Unacked messages delivered more than ``grace_s`` ago that no live worker claims."""
     cutoff = (time.time() if now is None else now) - grace_s
@@ -122,8 +128,7 @@ class DeliveryWatch:
 
     def beat(self) -> None:
         publish_claims(self.client, holder=self.holder, tags=self._tags(), ttl_s=self.dead_after_s)
-        # A message delivered moments ago may not be in anyone's claims yet: only older ones are orphans.
-        release_orphans(self.client, self._restore, holder=self.holder, grace_s=self.dead_after_s * 2,
+        release_orphans(self.client, self._restore, holder=self.holder, grace_s=orphan_grace_s(self.dead_after_s),
                         lock_s=self.heartbeat.interval_s)
 
     def start(self) -> DeliveryWatch:

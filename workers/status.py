@@ -13,7 +13,7 @@ from pipeline.settings import Settings
 from pipeline.store import ShardPools
 from pipeline.store.inspection import chunk_quality
 from workers import monitor
-from workers.redelivery import orphaned_tags
+from workers.redelivery import orphan_grace_s, orphaned_tags
 from workers.stack import StackState
 
 
@@ -34,7 +34,8 @@ def collect_status(settings: Settings, *, state: StackState | None) -> dict[str,
             "oldest_in_flight_s": monitor.oldest_in_flight_s(client),
         }
         # Delivered to a worker that stopped beating: the next heartbeat of a live worker puts them back.
-        status["held_by_dead_workers"] = len(orphaned_tags(client, grace_s=settings.delivery.dead_after_s))
+        status["held_by_dead_workers"] = len(orphaned_tags(client,
+                                                           grace_s=orphan_grace_s(settings.delivery.dead_after_s)))
         status["bm25"] = monitor.bm25_freshness(settings, client)
     except redis.RedisError as exc:
         status["broker_error"] = str(exc)

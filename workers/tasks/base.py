@@ -175,11 +175,8 @@ class PipelineTask(Task):  # type: ignore[misc]
                              max_retries=self.runtime.settings.workers.max_retries)
         except Reject as refused:
             # Celery raises Reject(requeue=False) when it cannot publish the retry message (the broker is
-            # restarting): the message would be dropped. Put it back on its queue instead, after a pause.
-            log.error("%s could not publish its retry (%s); the message goes back on its queue in %.0fs",
-                      self.name, refused.reason, REQUEUE_PAUSE_S)
-            time.sleep(REQUEUE_PAUSE_S)
-            raise Reject(str(refused.reason), requeue=True) from refused
+            # restarting): the message would be dropped. Put it back on its queue instead.
+            self._requeue(f"could not publish its retry ({refused.reason})", refused)
 
     def _settled(self, settle: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Run ``settle`` (dead-letter, retry); if the database or the broker cannot be reached to do it,
@@ -189,10 +186,14 @@ class PipelineTask(Task):  # type: ignore[misc]
         try:
             return settle()
         except UNREACHABLE as exc:
-            log.error("%s could not record its failures (%r); the message goes back on its queue in %.0fs",
-                      self.name, exc, REQUEUE_PAUSE_S)
-            time.sleep(REQUEUE_PAUSE_S)  # whatever is down gets a moment before the message runs again
-            raise Reject(str(exc), requeue=True) from exc
+            self._requeue(f"could not record its failures ({exc!r})", exc)
+
+    def _requeue(self, why: str, cause: BaseException) -> NoReturn:
+        """Put the whole message back on its queue (not acknowledged), after a pause that gives whatever is
+        down a moment before the message runs again."""
+        log.error("%s %s; the message goes back on its queue in %.0fs", self.name, why, REQUEUE_PAUSE_S)
+        time.sleep(REQUEUE_PAUSE_S)
+        raise Reject(why, requeue=True) from cause
 
     def _dead_letter(self, payload: dict[str, Any], exc: BaseException) -> dict[str, Any]:
         reason = str(exc) or exc.__class__.__name__
