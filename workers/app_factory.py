@@ -58,7 +58,9 @@ def create_app(settings: Settings) -> Celery:
         task_routes={task.value: {"queue": queue.value, "routing_key": queue.value}
                      for task, queue in TASK_QUEUES.items()},
         broker_transport=broker_transport(settings.broker.url),
-        broker_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s},
+        # One list per queue (no priority steps): our transport receives a queue with BLMOVE, atomically.
+        broker_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s,
+                                  "priority_steps": [0]},
         result_backend_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s},
         result_expires=3600,
         broker_connection_retry_on_startup=True,

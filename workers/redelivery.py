@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-from pipeline.liveness import Heartbeat, new_holder_id
+from pipeline.liveness import Heartbeat
+from workers.broker_inbox import consumer_holder, release_dead_inboxes
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,11 @@ def orphaned_tags(client: redis.Redis, *, grace_s: float, now: float | None = No
 
 def release_orphans(client: redis.Redis, restore: Callable[[str], None], *, holder: str, grace_s: float,
                     lock_s: float) -> list[str]:
-    """Put every orphaned message back on its queue (``restore(tag)``); one worker at a time does it."""
+    """Put every orphaned message back on its queue (``restore(tag)``), and the inboxes of dead consumers
+    (:mod:`workers.broker_inbox`); one worker at a time does it."""
     if not client.set(REAPER_LOCK, holder, nx=True, px=int(lock_s * 1000)):
         return []
+    release_dead_inboxes(client, grace_s=grace_s)
     orphans = orphaned_tags(client, grace_s=grace_s)
     for tag in orphans:
         restore(tag)
@@ -117,7 +120,7 @@ class DeliveryWatch:
 
     def __init__(self, client: redis.Redis, *, interval_s: float, dead_after_s: float,
                  restore: Callable[[str], None], tags: Callable[[], set[str]] = held_delivery_tags) -> None:
-        self.holder = new_holder_id("consumer")
+        self.holder = consumer_holder()  # the same id names this process's inboxes
         self.pid = os.getpid()
         self.client = client
         self.dead_after_s = dead_after_s
