@@ -19,12 +19,15 @@ holder whose lease lapsed from writing over its successor:
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from dataclasses import dataclass
 
 import redis
 
 from pipeline.liveness import ALIVE_PREFIX
+
+log = logging.getLogger(__name__)
 
 LEASE_PREFIX = "shardfuse:lease:"
 FENCE_KEY = "shardfuse:fence"
@@ -113,11 +116,19 @@ class DocumentLeases:
         return None if held is None else held.decode() if isinstance(held, bytes) else str(held)
 
     def release(self, lease: Lease) -> bool:
-        """Give the lease back; False when it had already lapsed (another holder may have it now)."""
+        """Give the lease back; False when it had already lapsed (another holder may have it now) or Redis
+        could not be reached. Never raises: a caller releasing several leases must reach every one, and a
+        lease left behind is taken back by this process's next :meth:`acquire` (or over by another's once
+        this one stops beating)."""
         key = lease_key(lease.zone, lease.path)
         with self._lock:
             self._active.discard(key)  # even if Redis is unreachable now: acquire then takes it back
-        return bool(self._release(keys=[key], args=[lease.token]))
+        try:
+            return bool(self._release(keys=[key], args=[lease.token]))
+        except redis.RedisError as exc:
+            log.warning("could not release the lease of [%s] %s (%s); it is taken back at its next acquire",
+                        lease.zone, lease.path, exc)
+            return False
 
     def raise_floor(self, token: int) -> int:
         """Make the next token larger than ``token`` (one a shard reported); returns the counter."""

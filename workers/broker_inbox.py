@@ -22,6 +22,7 @@ dropped and not put back (it would come round forever).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -87,6 +88,23 @@ def quarantine(client: Any, *, inbox: str, item: bytes, reason: str) -> None:
     pipe.execute()
     log.error("a message on %s could not be read and was moved to %s (%s): %r", inbox, UNREADABLE_KEY, reason,
               item[:200])
+
+
+def inbox_depths(client: redis.Redis) -> dict[str, int]:
+    """Messages sitting in some consumer's inbox, per queue (almost always none: see the module text)."""
+    registered = client.hgetall(INBOXES_KEY)
+    if not registered:
+        return {}
+    inboxes = list(registered)
+    pipe = client.pipeline(transaction=False)
+    for inbox in inboxes:
+        pipe.llen(inbox)
+    depths: dict[str, int] = {}
+    for inbox, depth in zip(inboxes, pipe.execute(), strict=True):
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            queue = str(json.loads(registered[inbox])["queue"])
+            depths[queue] = depths.get(queue, 0) + int(depth)
+    return depths
 
 
 def release_dead_inboxes(client: redis.Redis, *, grace_s: float, now: float | None = None) -> int:

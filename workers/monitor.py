@@ -17,6 +17,7 @@ import redis
 from pipeline.freshness import Bm25Freshness
 from pipeline.lexical import Tokenizer, read_manifest
 from pipeline.settings import Settings
+from workers.broker_inbox import inbox_depths
 from workers.names import PIPELINE_QUEUES, PUBLISHED_HEADER, Queue
 
 _PRIORITY_SEP = "\x06\x16"
@@ -42,8 +43,8 @@ def queue_depths(client: redis.Redis) -> dict[str, int]:
 
 def unacked_by_queue(client: redis.Redis) -> dict[str, int]:
     """Messages delivered to a worker and not yet acknowledged (running, prefetched or waiting for an
-    ETA/countdown), per queue."""
-    counts: Counter[str] = Counter()
+    ETA/countdown), per queue; with those a consumer is receiving right now (in its inbox)."""
+    counts: Counter[str] = Counter(inbox_depths(client))
     for raw in client.hvals("unacked"):
         try:
             _, _, routing_key = json.loads(raw)
@@ -127,6 +128,29 @@ def pending_work(settings: Settings, client: redis.Redis) -> dict[str, Any]:
     return {"pending": pending, "stale_shards": stale, "idle": not any(pending.values()) and not stale}
 
 
+class LostRebuilds:
+    """Shards whose BM25 index stays behind with no maintenance work waiting or running anywhere: the
+    rebuild message was lost (its send failed, with the broker down, after the write took the schedule
+    flag), and the shard would stay stale until the next write to it. Fed :func:`pending_work` states,
+    :meth:`due` names the shards to send a rebuild for (again at most once per grace)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.grace_s = settings.bm25.rebuild_debounce_s + 5
+        self._since: dict[int, float] = {}
+
+    def due(self, state: dict[str, Any], now: float) -> list[int]:
+        stale = set(state["stale_shards"])
+        self._since = {shard: since for shard, since in self._since.items() if shard in stale}
+        if state["pending"][Queue.MAINTENANCE.value]:
+            return []
+        due = []
+        for shard in sorted(stale):
+            if now - self._since.setdefault(shard, now) > self.grace_s:
+                due.append(shard)
+                self._since[shard] = now
+        return due
+
+
 def wait_until_indexed(
     settings: Settings,
     *,
@@ -143,16 +167,16 @@ def wait_until_indexed(
     """
     client = broker_client(settings)
     deadline = time.monotonic() + timeout
-    stale_since: dict[int, float] = {}
-    grace = settings.bm25.rebuild_debounce_s + 5
+    lost = LostRebuilds(settings)
     idle_since: float | None = None
     while True:
         state = pending_work(settings, client)
         if on_progress is not None:
             on_progress(state)
         now = time.monotonic()
-        # A message a worker is taking off its queue is, for a moment, neither waiting nor in flight (kombu
-        # pops it, decodes it, then records it as unacked): idle must hold for a while to count.
+        # Every hand-over keeps the work visible (a retry is published before its original is acknowledged,
+        # a received message is in its consumer's inbox until it is recorded as unacked); idle must still
+        # hold for IDLE_SETTLE_S, since the queues, unacked and the shards are read one after another.
         if not state["idle"]:
             idle_since = None
         elif idle_since is None:
@@ -161,10 +185,7 @@ def wait_until_indexed(
             return True
         if now >= deadline:
             return False
-        maintenance_idle = state["pending"][Queue.MAINTENANCE.value] == 0
-        for shard in state["stale_shards"]:
-            first = stale_since.setdefault(shard, now)
-            if reschedule is not None and maintenance_idle and now - first > grace:
+        for shard in lost.due(state, now):
+            if reschedule is not None:
                 reschedule(shard)
-                stale_since[shard] = now
         time.sleep(poll_s)

@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -42,7 +43,9 @@ from query.cache import RedisResultCache
 from query.expansion import QueryExpander, RedisExpansionCache
 from query.search import SearchService
 from query.shards import StoreShardSearcher
+from workers import monitor
 from workers.names import Queue
+from workers.names import Task as TaskName
 from workers.redelivery import DeliveryWatch
 
 log = logging.getLogger(__name__)
@@ -279,8 +282,11 @@ def connect_signals(app: Celery) -> None:
             holder.get().warm_up(_consumed_queues(app))
         # The process that talks to the broker claims what it holds and releases what dead workers held.
         delivery = holder.settings.delivery
-        watch.append(DeliveryWatch(redis.Redis.from_url(holder.settings.broker.url), interval_s=delivery.heartbeat_s,
-                                   dead_after_s=delivery.dead_after_s, restore=_restorer(app)).start())
+        client = redis.Redis.from_url(holder.settings.broker.url)
+        watch.append(DeliveryWatch(client, interval_s=delivery.heartbeat_s, dead_after_s=delivery.dead_after_s,
+                                   restore=_restorer(app)).start())
+        if Queue.MAINTENANCE.value in _consumed_queues(app):
+            watch[-1].heartbeat.on_beat(_rebuild_watchdog(app, holder.settings, client))
 
     @signals.worker_process_shutdown.connect(weak=False)
     @signals.worker_shutdown.connect(weak=False)
@@ -290,6 +296,20 @@ def connect_signals(app: Celery) -> None:
         while watch and watch[-1].pid == os.getpid():
             watch.pop().stop()
         holder.close()
+
+
+def _rebuild_watchdog(app: Celery, settings: Settings, client: redis.Redis) -> Callable[[], None]:
+    """A maintenance worker's beat: send the rebuild of a shard left behind with no maintenance work
+    anywhere (:class:`workers.monitor.LostRebuilds`: its message was lost while the broker was down), so
+    it is searchable by keyword again without waiting for the next write to it or a ``shardfuse wait``."""
+    lost = monitor.LostRebuilds(settings)
+
+    def check() -> None:
+        for shard in lost.due(monitor.pending_work(settings, client), time.monotonic()):
+            log.warning("shard %d's BM25 index is behind and no rebuild is queued: sending one", shard)
+            app.send_task(TaskName.BM25_REBUILD.value, kwargs={"shard": shard})
+
+    return check
 
 
 def _restorer(app: Celery) -> Callable[[str], None]:

@@ -12,12 +12,15 @@ import time
 import psycopg
 import pytest
 
+from pipeline.freshness import Bm25Freshness
 from pipeline.leases import DocumentLeases
 from pipeline.liveness import alive_key
 from pipeline.sharding import shard_for
 from tests.integration.conftest import REPO, Stack
 from workers import monitor
 from workers.app_factory import create_app
+from workers.monitor import LostRebuilds
+from workers.stack.layout import StackLayout
 from workers.status import collect_status, format_status
 
 pytestmark = pytest.mark.integration
@@ -28,6 +31,8 @@ _VANISHING_CONSUMER = """
 import os
 from pipeline.settings import load_settings
 from workers.app_factory import create_app
+from workers.monitor import LostRebuilds
+from workers.stack.layout import StackLayout
 
 app = create_app(load_settings())
 conn = app.connection_for_read()
@@ -145,3 +150,21 @@ def test_an_event_with_nul_characters_is_dead_lettered_not_requeued_forever(stac
     assert len(rows) == 1 and rows[0]["path"] == "nul.txt"
     shown = json.loads(stack.cli("deadletters", "show", str(rows[0]["id"])).stdout)
     assert shown["payload"]["event"]["metadata"] == {"title\\u0000": "a\\u0000b"}  # each NUL spelled out
+
+
+def test_a_bm25_rebuild_whose_message_was_lost_is_sent_again_by_the_maintenance_worker(stack: Stack) -> None:
+    client = monitor.broker_client(stack.settings)
+    maintenance_log = StackLayout(stack.settings.data_path).log_file("worker-maintenance")
+    resent_before = maintenance_log.read_text(errors="replace").count("no rebuild is queued: sending one")
+    # A write committed to shard 1 and took the schedule flag; its rebuild message was never sent (the
+    # broker went away between the two). Nobody calls `shardfuse wait`, which would also re-send it.
+    assert Bm25Freshness(client).mark_dirty(1)
+    deadline = time.monotonic() + LostRebuilds(stack.settings).grace_s + 30
+    while time.monotonic() < deadline:
+        if next(row for row in monitor.bm25_freshness(stack.settings, client) if row["shard"] == 1)["current"]:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("shard 1's BM25 index stayed behind: the lost rebuild was never sent again")
+    resent = maintenance_log.read_text(errors="replace").count("no rebuild is queued: sending one")
+    assert resent > resent_before

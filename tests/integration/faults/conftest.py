@@ -38,10 +38,9 @@ from pipeline.settings import Settings
 from pipeline.store.schema import SHARED_SCHEMA
 from tests.integration.conftest import Stack, running_stack
 from workers import monitor
-from workers.app_factory import create_app
-from workers.names import Task
 from workers.publishing import CeleryEventSink
 from workers.stack import processes, up
+from workers.stack.layout import StackLayout
 
 DOCUMENTS = 2000
 CORPUS_SEED = 6
@@ -242,12 +241,12 @@ def dead_components(stack: Stack, names: Collection[str] = PIPELINE_WORKERS) -> 
     return [name for name in names if not stack.state.components[name].is_alive()]
 
 
-def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> int:
+def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> None:
     """Wait as ``shardfuse wait`` does, stricter: until no message waits or is unacknowledged in the ingest,
     embed and maintenance queues and every shard's BM25 generation is current (``monitor.pending_work``),
-    and that stays so for ``quiet_s``. Like ``shardfuse wait``, a shard left stale with no maintenance work
-    anywhere (its rebuild message lost between the ``scheduled`` flag and the send) gets a rebuild re-sent;
-    returns how many were. Raises :class:`ComponentDied` at once if a pipeline pool is gone, rather than
+    and that stays so for ``quiet_s``. Unlike ``shardfuse wait`` it never re-sends a lost BM25 rebuild: the
+    maintenance worker must do that by itself (``workers.runtime._rebuild_watchdog``; counted by
+    :func:`rebuilds_resent`). Raises :class:`ComponentDied` at once if a pipeline pool is gone, rather than
     waiting out ``timeout`` (a safety bound, not a measurement) for work nobody will do.
 
     The quiet spell matters: ``pending_work`` reads the queue lists and then the ``unacked`` hash, so a
@@ -255,11 +254,9 @@ def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> int:
     """
     settings = stack.settings
     deadline = time.monotonic() + timeout
-    grace = settings.bm25.rebuild_debounce_s + 5  # as monitor.wait_until_indexed
-    client, app = monitor.broker_client(settings), create_app(settings)
+    client = monitor.broker_client(settings)
     quiet_since: float | None = None
-    stale_since: dict[int, float] = {}
-    checked, resent = 0.0, 0
+    checked = 0.0
     try:
         while True:
             now = time.monotonic()
@@ -271,17 +268,17 @@ def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> int:
             state = monitor.pending_work(settings, client)
             quiet_since = None if not state["idle"] else quiet_since or now
             if quiet_since is not None and now - quiet_since >= quiet_s:
-                return resent
-            stale_since = {shard: stale_since.get(shard, now) for shard in state["stale_shards"]}
-            for shard, since in stale_since.items():
-                if state["pending"]["maintenance"] == 0 and now - since > grace:
-                    app.send_task(Task.BM25_REBUILD.value, kwargs={"shard": shard})
-                    stale_since[shard], resent = now, resent + 1
+                return
             assert now < deadline, f"the pipeline did not drain within {timeout:.0f} s: {state}"
             time.sleep(0.2)
     finally:
         client.close()
-        app.close()
+
+
+def rebuilds_resent(stack: Stack) -> int:
+    """How many lost BM25 rebuilds the maintenance worker has re-sent so far (its log says each)."""
+    log_file = StackLayout(stack.settings.data_path).log_file("worker-maintenance")
+    return log_file.read_text(errors="replace").count("no rebuild is queued: sending one")
 
 
 # -- what the shards hold ---------------------------------------------------------------------------------

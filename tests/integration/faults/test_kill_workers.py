@@ -40,6 +40,7 @@ from tests.integration.faults.conftest import (
     make_corpus,
     own_stack,
     publish_clean,
+    rebuilds_resent,
     restart,
     snapshot,
     wait_for_documents,
@@ -93,7 +94,7 @@ def test_sigkilled_ingest_and_embed_pools_lose_and_duplicate_nothing(
     restart_s = restart(stack, {"worker-ingest", "worker-embed"})
 
     publisher.join_checked()
-    resent = drain(stack)
+    drain(stack)
     snap = snapshot(stack.settings, zone, prefix=prefix)
     # Which publisher messages (16 events each, in corpus order) the missing documents were sent in.
     per_message = stack.settings.broker.events_per_message
@@ -101,7 +102,8 @@ def test_sigkilled_ingest_and_embed_pools_lose_and_duplicate_nothing(
     print(f"\nround {round_}: killed ingest {killed_ingest} holding {held_ingest} ingest message(s) and embed "
           f"{killed_embed} holding {held_embed} embed message(s) with {at_kill} events handed over (message "
           f"#{at_kill // per_message} filling); restarted in "
-          f"{restart_s:.1f} s; BM25 rebuilds re-sent by the wait: {resent}; {snap.summary()} "
+          f"{restart_s:.1f} s; BM25 rebuilds re-sent by the maintenance worker: {rebuilds_resent(stack)}; "
+          f"{snap.summary()} "
           f"(clean {clean.summary()}); publisher messages with missing documents: {lost or 'none'}; "
           f"{time.monotonic() - started:.1f} s")
     assert_same_as_clean(snap, clean, seqs=publisher.seqs)

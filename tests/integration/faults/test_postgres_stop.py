@@ -35,6 +35,7 @@ from tests.integration.faults.conftest import (
     make_corpus,
     own_stack,
     publish_clean,
+    rebuilds_resent,
     restart,
     snapshot,
     wait_in_flight,
@@ -104,10 +105,11 @@ def test_postgres_outage_mid_stream_loses_nothing(stack: Stack) -> None:
     restart_s = restart(stack, {"postgres"})
 
     publisher.join_checked()
-    resent = drain(stack)
+    drain(stack)
     fault = snapshot(stack.settings, "pg-stop", prefix="pgstop")
     print(f"\npostgres stopped ({stop_s:.1f} s) after {at_stop} events with {held} embed message(s) in flight, "
-          f"down {DOWN_S:.0f} s + {restart_s:.1f} s restart; BM25 rebuilds re-sent by the wait: {resent}; "
+          f"down {DOWN_S:.0f} s + {restart_s:.1f} s restart; BM25 rebuilds re-sent by the maintenance worker: "
+          f"{rebuilds_resent(stack)}; "
           f"{fault.summary()} (clean {clean.summary()}); "
           f"{time.monotonic() - started:.1f} s")
     assert_same_as_clean(fault, clean, seqs=publisher.seqs)

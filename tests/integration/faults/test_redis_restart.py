@@ -40,6 +40,7 @@ from tests.integration.faults.conftest import (
     make_corpus,
     own_stack,
     publish_clean,
+    rebuilds_resent,
     restart,
     snapshot,
     wait_in_flight,
@@ -80,18 +81,19 @@ def test_broker_restart_mid_stream_loses_nothing(stack: Stack) -> None:
     publisher.join_checked()
     crashed: list[str] = []
     try:
-        resent = drain(stack, timeout=150)
+        drain(stack, timeout=150)
     except ComponentDied:
         # A pool that exited instead of reconnecting is a failure of this test (asserted last); it is
         # restarted first, as an operator would, so that the counts still say whether anything was lost.
         crashed = dead_components(stack)
         restart(stack, crashed)
-        resent = drain(stack, timeout=150)
+        drain(stack, timeout=150)
     fault: ZoneSnapshot = snapshot(stack.settings, "redis-restart", prefix="restart")
     print(f"\nredis stopped after {at_stop} events with {held} embed message(s) in flight, down {DOWN_S:.0f} s "
           f"+ {restart_s:.1f} s restart; publisher refused {publisher.refused} time(s) and re-flushed; "
-          f"pools that exited instead of reconnecting: {crashed or 'none'}; BM25 rebuilds re-sent by the wait: "
-          f"{resent}; "
+          f"pools that exited instead of reconnecting: {crashed or 'none'}; "
+          f"BM25 rebuilds re-sent by the maintenance worker: "
+          f"{rebuilds_resent(stack)}; "
           f"{fault.summary()} (clean {clean.summary()}); {time.monotonic() - started:.1f} s")
     assert_same_as_clean(fault, clean, seqs=publisher.seqs)
     assert not crashed, f"{crashed} exited on the broker restart instead of reconnecting (see their logs)"
