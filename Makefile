@@ -47,10 +47,9 @@ demo: install
 # and breaks it: kill -9 workers, restart Redis, stop PostgreSQL, a failing provider).
 test: install
 	$(BIN)/python -m pytest
-	$(BIN)/python -m pytest -m 'faults and not broker_faults' tests/integration/faults
+	$(BIN)/python -m pytest -m faults tests/integration/faults
 
-# Every fault test, the two that still lose messages included (docs/reliability.md, "Open").
-
+# The fault-injection tests alone (docs/reliability.md).
 test-faults: install
 	$(BIN)/python -m pytest -m faults tests/integration/faults
 

@@ -175,15 +175,17 @@ class Channel(kombu_redis.Channel):
     def close(self) -> None:
         if self._inbox is not None and not self.closed:
             self._closing = True
-            if self._in_poll:
-                with contextlib.suppress(Empty):
-                    self._brpop_read()  # delivered now, then handed back with the rest of unacked
             inbox, queue = self._inbox
             try:
+                if self._in_poll:
+                    with contextlib.suppress(Empty):
+                        self._brpop_read()  # delivered now, then handed back with the rest of unacked
                 with self.conn_or_acquire() as client:
                     broker_inbox.put_back(client, inbox=inbox, queue=queue, forget=True)
             except self.connection_errors:
-                log.warning("could not empty inbox %s on close: the delivery reaper will", inbox)
+                # The broker is away. This process puts the inbox back when it next receives from the queue
+                # (the key names the process and the queue); if it never does, the delivery reaper will.
+                log.warning("could not empty inbox %s on close (broker unreachable)", inbox)
         super().close()  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:

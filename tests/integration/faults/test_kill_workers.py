@@ -8,10 +8,12 @@ harmless (chunk ids and the version rule make every task idempotent). After the 
 published with, with the same per-path chunk counts, total and statuses as a clean run of the same corpus,
 no duplicate ``(zone, path, ordinal)`` or chunk id, and nothing dead-lettered.
 
-Known gap it catches (about one kill in six here): kombu's Redis transport takes a message off its list with
-BRPOP and only then, in the worker, records it in ``unacked``; a worker killed between the two loses the
-message for good (the one published at the instant of the kill: 16 documents missing, printed as the
-publisher message they were sent in).
+What it catches: a message lost in the hand-over from the broker to the worker. kombu's own Redis
+transport takes a message off its list with BRPOP and only then, in the worker, records it in ``unacked``;
+a worker killed between the two lost it for good (about one kill in six here: the message published at the
+instant of the kill, 16 documents missing, printed as the publisher message they were sent in). Ours
+receives with BLMOVE into a per-consumer inbox (``workers.broker_inbox``); the window itself is tested
+deterministically in ``tests/integration/test_broker_inbox.py``.
 
 Re-runnable: ``SHARDFUSE_FAULT_ROUNDS=5`` runs the kill five times against one stack (five new zones, one
 clean run), or loop in a shell::
@@ -71,7 +73,6 @@ def clean(stack: Stack, corpus: list[Doc]) -> ZoneSnapshot:
 
 @pytest.mark.integration
 @pytest.mark.faults
-@pytest.mark.broker_faults  # known failures, docs/reliability.md: in make test-faults, not make test
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_sigkilled_ingest_and_embed_pools_lose_and_duplicate_nothing(
