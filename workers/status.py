@@ -13,6 +13,7 @@ from pipeline.settings import Settings
 from pipeline.store import ShardPools
 from pipeline.store.inspection import chunk_quality
 from workers import monitor
+from workers.broker_inbox import UNREADABLE_KEY
 from workers.redelivery import orphan_grace_s, orphaned_tags
 from workers.stack import StackState
 
@@ -36,6 +37,8 @@ def collect_status(settings: Settings, *, state: StackState | None) -> dict[str,
         # Delivered to a worker that stopped beating: the next heartbeat of a live worker puts them back.
         status["held_by_dead_workers"] = len(orphaned_tags(client,
                                                            grace_s=orphan_grace_s(settings.delivery.dead_after_s)))
+        # Messages that were no kombu envelope at all, kept aside by the transport (workers.broker_inbox).
+        status["unreadable_messages"] = int(client.llen(UNREADABLE_KEY))
         status["bm25"] = monitor.bm25_freshness(settings, client)
     except redis.RedisError as exc:
         status["broker_error"] = str(exc)
@@ -97,6 +100,9 @@ def format_status(status: dict[str, Any]) -> str:
     if status.get("held_by_dead_workers"):
         lines.append(f"stuck    {status['held_by_dead_workers']} message(s) held by workers that stopped: a live "
                      "worker puts them back on their queues at its next heartbeat")
+    if status.get("unreadable_messages"):
+        lines.append(f"unread   {status['unreadable_messages']} message(s) that were not task messages kept in Redis "
+                     f"list {UNREADABLE_KEY} (the worker logs said why); inspect with LRANGE, then DEL it")
     for row in status.get("bm25", []):
         fresh = "current" if row["current"] else "rebuild pending"
         lines.append(f"bm25     shard {row['shard']}: generation {row['generation']}, "

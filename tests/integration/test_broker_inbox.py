@@ -16,12 +16,14 @@ import pytest
 import redis
 from kombu import Connection, Exchange, Producer, Queue
 
+from pipeline.settings import Settings
 from tests.integration.conftest import REPO
 from tests.integration.ports import free_port
 from workers import broker_inbox
 from workers.broker_inbox import INBOXES_KEY, UNREADABLE_KEY
 from workers.broker_transport import TRANSPORT
 from workers.stack.redis_server import redis_server_binary
+from workers.status import collect_status, format_status
 
 pytestmark = pytest.mark.integration
 
@@ -194,3 +196,6 @@ def test_an_unreadable_message_is_kept_aside_and_the_next_one_delivered(url: str
         received[0].ack()  # type: ignore[attr-defined]
     assert client.lrange(UNREADABLE_KEY, 0, -1) == [b"\xff not json"]
     assert all(client.llen(k) == 0 for k in _inboxes(client))
+    status = collect_status(Settings(broker={"url": url}), state=None)  # no database here: reported as such
+    assert status["unreadable_messages"] == 1
+    assert f"1 message(s) that were not task messages kept in Redis list {UNREADABLE_KEY}" in format_status(status)
