@@ -7,10 +7,16 @@ together (cache first, then packed provider requests under backpressure), then w
 documents in one transaction. A document whose chunks' request failed for good fails alone; the rest of
 the flush commits. A task acknowledges its message only after its own document's transaction has
 committed, so batching never weakens at-least-once delivery.
+
+Embedding and writing overlap: a writer thread commits one flush's shard transactions while the flusher
+embeds the next (at most one embedded flush waits for the writer, so a slow database slows the flusher
+down instead of piling up vectors). Writes keep their order, and the version rule and fencing tokens in
+the shard's transaction decide what applies whatever the order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -36,6 +42,16 @@ class _Pending:
     document: PreparedDocument
     fence: int | None = None
     future: Future[ApplyOutcome] = field(default_factory=Future)
+
+
+@dataclass(slots=True)
+class _Embedded:
+    """A flush whose vectors are ready: its documents' changes by shard, for the writer thread."""
+
+    by_shard: dict[int, list[tuple[_Pending, DocumentChange]]]
+    documents: int
+    failed_documents: int
+    embedding: StageStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +87,12 @@ class EmbedBatcher:
         self._max_wait_s = max_wait_s
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._closed = threading.Event()
+        self._embedded: queue.Queue[_Embedded | None] = queue.Queue(maxsize=1)
+        self.last_stats: BatchStats | None = None
+        self._writer = threading.Thread(target=self._write_loop, name="embed-writer", daemon=True)
+        self._writer.start()
         self._thread = threading.Thread(target=self._run, name="embed-batcher", daemon=True)
         self._thread.start()
-        self.last_stats: BatchStats | None = None
 
     def submit(self, document: PreparedDocument, *, fence: int | None = None) -> Future[ApplyOutcome]:
         """Queue a document for the next flush; ``fence`` is the token of the caller's document lease."""
@@ -90,6 +109,9 @@ class EmbedBatcher:
     def close(self) -> None:
         self._closed.set()
         self._thread.join(timeout=5)
+        with contextlib.suppress(queue.Full):  # the writer is stuck: it is a daemon thread
+            self._embedded.put(None, timeout=5)
+        self._writer.join(timeout=5)
         self._stage.close()
 
     def _run(self) -> None:
@@ -131,7 +153,6 @@ class EmbedBatcher:
             for p in batch:
                 p.future.set_exception(error)
             return
-        written = time.perf_counter()
 
         by_shard: dict[int, list[tuple[_Pending, DocumentChange]]] = defaultdict(list)
         failed_documents = 0
@@ -157,6 +178,26 @@ class EmbedBatcher:
             )
             by_shard[p.document.shard].append((p, change))
 
+        self._embedded.put(_Embedded(by_shard=by_shard, documents=len(batch), failed_documents=failed_documents,
+                                     embedding=result.stats))
+
+    def _write_loop(self) -> None:
+        while True:
+            embedded = self._embedded.get()
+            if embedded is None:
+                return
+            try:
+                self._write(embedded)
+            except Exception as exc:  # noqa: BLE001 - a bug here must not leave a waiter hanging
+                log.exception("writing an embedded batch failed")
+                for items in embedded.by_shard.values():
+                    for p, _ in items:
+                        if not p.future.done():
+                            p.future.set_exception(exc)
+
+    def _write(self, embedded: _Embedded) -> None:
+        written = time.perf_counter()
+        by_shard = embedded.by_shard
         for shard, items in by_shard.items():
             self._before_write(shard, [change for _, change in items])
             try:
@@ -174,12 +215,12 @@ class EmbedBatcher:
                                  stored_seq=outcome.stored_seq, fenced=outcome.fenced,
                                  stored_fence=outcome.stored_fence)
                 )
-        stats = result.stats
-        self.last_stats = BatchStats(documents=len(batch), failed_documents=failed_documents, embedding=stats,
-                                     write_ms=(time.perf_counter() - written) * 1000)
+        stats = embedded.embedding
+        self.last_stats = BatchStats(documents=embedded.documents, failed_documents=embedded.failed_documents,
+                                     embedding=stats, write_ms=(time.perf_counter() - written) * 1000)
         log.info(
             "embedded %d chunks (%d distinct, %d from the cache) of %d documents in %d request(s) (%.0f ms, "
             "%d failed, %d oversize inputs), wrote %d shard(s) (%.0f ms)",
-            stats.chunks, stats.unique, stats.cache_hits, len(batch), stats.requests, stats.embed_ms,
+            stats.chunks, stats.unique, stats.cache_hits, embedded.documents, stats.requests, stats.embed_ms,
             stats.failed_requests, stats.oversize, len(by_shard), self.last_stats.write_ms,
         )

@@ -9,13 +9,68 @@ so a write that commits during a build always schedules another one.
 A full rebuild costs time in proportion to the shard, so the wait before one is never shorter than twice
 the previous build took: under a steady stream of writes rebuilds then take at most a third of one core,
 however large the shard grows (fresh writes stay searchable by the vector leg meanwhile).
+
+Full rebuilds are the *merge* now: a commit also records which documents it touched (a sorted set per
+shard, ``(zone, path)`` scored by the dirty version that counted it, in the same Lua call as the bump), so
+the maintenance worker can index just those documents as a delta segment over the published generation
+(``pipeline/lexical/delta.py``). A commit that cannot name its documents marks the shard ``untracked``
+at its version, and the next update is a full rebuild.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 _PREFIX = "shardfuse:bm25"
+
+# KEYS: dirty, touched, untracked, scheduled. ARGV: flag TTL, "1" when the documents are unknown, keys...
+_MARK_DIRTY = """
+local version = redis.call('INCR', KEYS[1])
+if ARGV[2] == '1' then
+  redis.call('SET', KEYS[3], version)
+end
+for i = 3, #ARGV do
+  redis.call('ZADD', KEYS[2], version, ARGV[i])
+end
+if redis.call('SET', KEYS[4], 1, 'NX', 'EX', tonumber(ARGV[1])) then
+  return 1
+end
+return 0
+"""
+# KEYS: touched, untracked. ARGV: version up to which the base generation covers everything.
+_TRIM = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local untracked = tonumber(redis.call('GET', KEYS[2]) or '0')
+if untracked <= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[2])
+end
+return 0
+"""
+
+
+class Touched(NamedTuple):
+    """The dirty version, the documents written after a base version (as of that dirty version), and
+    whether a write the documents of which are unknown landed after it."""
+
+    version: int
+    keys: list[tuple[str, str]]
+    untracked: bool
+    versions: list[int] = []  # per key, the dirty version of its last write
+
+    def since(self, version: int) -> list[tuple[str, str]]:
+        """The keys last written after ``version``."""
+        return [key for key, at in zip(self.keys, self.versions, strict=True) if at > version]
+
+
+def _member(zone: str, path: str) -> str:
+    return json.dumps([zone, path], ensure_ascii=False)
+
+
+def _key(member: bytes | str) -> tuple[str, str]:
+    zone, path = json.loads(member)
+    return str(zone), str(path)
 
 
 class Bm25Freshness:
@@ -23,13 +78,39 @@ class Bm25Freshness:
         self._redis = redis
         self._flag_ttl_s = flag_ttl_s
 
-    def mark_dirty(self, shard: int) -> bool:
-        """Record a committed write to ``shard``; True when the caller must schedule a rebuild."""
+    def mark_dirty(self, shard: int, keys: Iterable[tuple[str, str]] | None = None) -> bool:
+        """Record a committed write to ``shard`` of the documents ``keys`` (``(zone, path)``; None when
+        unknown, which costs a full rebuild); True when the caller must schedule an update."""
+        members = [] if keys is None else sorted({_member(z, p) for z, p in keys})
+        p = f"{_PREFIX}:{shard}"
+        scheduled = self._redis.eval(
+            _MARK_DIRTY, 4, f"{p}:dirty", f"{p}:touched", f"{p}:untracked", f"{p}:scheduled",
+            self._flag_ttl_s, "1" if keys is None else "0", *members,
+        )
+        return bool(int(scheduled))
+
+    def touched(self, shard: int, *, since: int) -> Touched:
+        """The dirty version and, atomically with it, the documents written after version ``since``."""
+        p = f"{_PREFIX}:{shard}"
         pipe = self._redis.pipeline(transaction=True)
-        pipe.incr(f"{_PREFIX}:{shard}:dirty")
-        pipe.set(f"{_PREFIX}:{shard}:scheduled", 1, nx=True, ex=self._flag_ttl_s)
-        _, scheduled = pipe.execute()
-        return bool(scheduled)
+        pipe.get(f"{p}:dirty")
+        pipe.zrangebyscore(f"{p}:touched", f"({since}", "+inf", withscores=True)
+        pipe.get(f"{p}:untracked")
+        version, members, untracked = pipe.execute()
+        return Touched(int(version or 0), [_key(m) for m, _ in members], int(untracked or 0) > since,
+                       [int(score) for _, score in members])
+
+    def trim(self, shard: int, *, upto: int) -> None:
+        """Forget the documents a generation covering version ``upto`` holds."""
+        p = f"{_PREFIX}:{shard}"
+        self._redis.eval(_TRIM, 2, f"{p}:touched", f"{p}:untracked", upto)
+
+    def claim_merge(self, shard: int, *, ttl_s: int = 3600) -> bool:
+        """True for the one caller that must schedule a merge of ``shard`` (until :meth:`release_merge`)."""
+        return bool(self._redis.set(f"{_PREFIX}:{shard}:merge", 1, nx=True, ex=ttl_s))
+
+    def release_merge(self, shard: int) -> None:
+        self._redis.delete(f"{_PREFIX}:{shard}:merge")
 
     def begin_rebuild(self, shard: int) -> int:
         """Release the schedule flag and return the dirty version this rebuild will make current."""
@@ -55,3 +136,26 @@ class Bm25Freshness:
         """Every shard's write counter, in one round trip."""
         values = self._redis.mget([f"{_PREFIX}:{shard}:dirty" for shard in range(shards)])
         return [int(v or 0) for v in values]
+
+
+def message_documents(kwargs: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """The ``(zone, path)`` of every item of an ingest (``event``/``events``) or embed (``document``/
+    ``documents``) message's arguments; None when an item does not name its document.
+
+    A superset of what a task committed is harmless: a delta re-reads each named document's current chunks.
+    """
+    items: list[Any] = []
+    for one, many in (("event", "events"), ("document", "documents")):
+        if kwargs.get(one) is not None:
+            items.append(kwargs[one])
+        items.extend(kwargs.get(many) or [])
+    keys: list[tuple[str, str]] = []
+    for item in items:
+        event = item.get("event") if isinstance(item, dict) and isinstance(item.get("event"), dict) else item
+        if not isinstance(event, dict):
+            return None
+        zone, path = event.get("zone"), event.get("path")
+        if not isinstance(zone, str) or not isinstance(path, str):
+            return None
+        keys.append((zone, path))
+    return keys or None

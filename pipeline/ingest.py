@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline.cas import ContentStore
@@ -45,6 +45,7 @@ def ingest_event(
     registry: ChunkRegistry | None = None,
     refresh: bool = False,
     fence: int | None = None,
+    held_seqs: Mapping[tuple[str, str], int] | None = None,
 ) -> IngestOutcome:
     """Version check → read from the CAS → decode → chunk → filter → contextualize
     (:func:`pipeline.preparation.prepare_chunks`).
@@ -54,10 +55,13 @@ def ingest_event(
     authoritative check runs again inside the shard's write transaction. ``refresh`` re-indexes the seq
     the shard holds (``shardfuse backfill-context``) instead of treating it as stale. ``fence`` is the
     token of the caller's document lease (:mod:`pipeline.leases`), carried by the writes made here.
+    ``held_seqs``, when given, is what :func:`held_seqs` read for the caller's batch of events: the early
+    check then costs no query (read before the lease was taken, it may be older than the shard, which
+    only means the write transaction refuses what the early check let through).
     """
     shard = shard_for(event.zone, event.path, settings.shards)
     store = stores[shard]
-    held = store.document_seq(event.zone, event.path)
+    held = store.document_seq(event.zone, event.path) if held_seqs is None else held_seqs.get(event.key)
     if held is not None and (held > event.seq or (held == event.seq and not refresh)):
         return IngestOutcome(IngestResult.STALE, shard, reason=f"shard holds seq {held} >= {event.seq}")
 
@@ -81,6 +85,19 @@ def ingest_event(
     document = PreparedDocument(event=event, shard=shard, chunks=prepared.chunks, line_count=decoded.line_count,
                                 dropped=prepared.dropped, refresh=refresh)
     return IngestOutcome(IngestResult.PREPARED, shard, document=document)
+
+
+def held_seqs(events: Sequence[WriteEvent], *, stores: Sequence[ShardStore], shards: int
+              ) -> dict[tuple[str, str], int]:
+    """The seq every shard holds for the documents of ``events``, one query per shard touched (the early
+    version check of a batch of events, for :func:`ingest_event`)."""
+    by_shard: dict[int, set[tuple[str, str]]] = {}
+    for event in events:
+        by_shard.setdefault(shard_for(event.zone, event.path, shards), set()).add(event.key)
+    held: dict[tuple[str, str], int] = {}
+    for shard, keys in sorted(by_shard.items()):
+        held.update(stores[shard].document_seqs(sorted(keys)))
+    return held
 
 
 def _read(cas: ContentStore, content_hash: str, *, max_bytes: int) -> Decoded | Skipped:

@@ -29,6 +29,8 @@ from pipeline.liveness import ALIVE_PREFIX
 
 log = logging.getLogger(__name__)
 
+_LOCK_STRIPES = 64
+
 LEASE_PREFIX = "shardfuse:lease:"
 FENCE_KEY = "shardfuse:fence"
 
@@ -91,7 +93,10 @@ class DocumentLeases:
         self._release = client.register_script(_RELEASE)
         self._raise_floor = client.register_script(_RAISE_FLOOR)
         self._active: set[str] = set()  # keys of the leases this process is working under
-        self._lock = threading.Lock()
+        # One lock per document key (striped): the reclaim decision and the acquire must not interleave
+        # with another thread of this process acquiring the same document, but threads working on other
+        # documents must not queue behind each other's Redis round trips.
+        self._locks = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
 
     def acquire(self, zone: str, path: str) -> Lease | None:
         """The document's lease with a new fencing token, or None while another live process holds it.
@@ -100,7 +105,7 @@ class DocumentLeases:
         lease is taken over at once.
         """
         key = lease_key(zone, path)
-        with self._lock:
+        with self._lock_for(key):
             # A lease this process holds under our name but is not working under was left behind: its
             # release failed (Redis was down). Take it back rather than wait lease_s for it to expire.
             reclaim = "" if key in self._active else "reclaim"
@@ -110,6 +115,9 @@ class DocumentLeases:
                 return None
             self._active.add(key)
         return Lease(zone=zone, path=path, token=int(token), holder=self.holder)
+
+    def _lock_for(self, key: str) -> threading.Lock:
+        return self._locks[hash(key) % _LOCK_STRIPES]
 
     def holder_of(self, zone: str, path: str) -> str | None:
         held = self.client.hget(lease_key(zone, path), "holder")
@@ -121,7 +129,7 @@ class DocumentLeases:
         lease left behind is taken back by this process's next :meth:`acquire` (or over by another's once
         this one stops beating)."""
         key = lease_key(lease.zone, lease.path)
-        with self._lock:
+        with self._lock_for(key):
             self._active.discard(key)  # even if Redis is unreachable now: acquire then takes it back
         try:
             return bool(self._release(keys=[key], args=[lease.token]))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import mimetypes
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.cas import ContentStore
@@ -15,6 +18,18 @@ class EventSink(Protocol):
     """Where events go: the ``ingest`` queue in production, a list in unit tests."""
 
     def send(self, event: WriteEvent) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write for :meth:`Publisher.write_many`."""
+
+    zone: str
+    path: str
+    data: bytes
+    mime: str | None = None
+    metadata: dict[str, Any] | None = None
+    seq: int | None = None
 
 
 class Publisher:
@@ -42,15 +57,40 @@ class Publisher:
     ) -> WriteEvent:
         """Store ``data`` and publish its write event. The content is in the CAS before the event exists,
         so a worker never sees an event whose content is missing."""
+        return self._send(Write(zone=zone, path=path, data=data, mime=mime, metadata=metadata, seq=seq),
+                          self._cas.put(data))
+
+    def write_many(self, writes: Iterable[Write], *, threads: int = 8) -> list[WriteEvent]:
+        """:meth:`write` for many documents, in the order given, with the CAS writes on ``threads`` threads.
+
+        Each CAS write is durable (fsync of the file and of its folder, a few ms on a disk) and almost all
+        of it is spent waiting on the disk, which flushes concurrent writes together: overlapping them is
+        what makes a bulk load publish at the queue's speed rather than the disk's. Each event is still
+        sent only once its own content is stored. At most ``4 × threads`` contents are held at a time.
+        """
+        events: list[WriteEvent] = []
+        window: deque[tuple[Write, Future[str]]] = deque()
+        with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="cas-put") as pool:
+            for write in writes:
+                window.append((write, pool.submit(self._cas.put, write.data)))
+                if len(window) >= 4 * max(1, threads):
+                    held, stored = window.popleft()
+                    events.append(self._send(held, stored.result()))
+            while window:
+                held, stored = window.popleft()
+                events.append(self._send(held, stored.result()))
+        return events
+
+    def _send(self, write: Write, content_hash: str) -> WriteEvent:
         event = WriteEvent(
             op=Op.WRITE,
-            zone=zone,
-            path=path,
-            content_hash=self._cas.put(data),
-            size=len(data),
-            mime=mime or mimetypes.guess_type(path)[0],
-            seq=self._clock() if seq is None else seq,
-            metadata=metadata,
+            zone=write.zone,
+            path=write.path,
+            content_hash=content_hash,
+            size=len(write.data),
+            mime=write.mime or mimetypes.guess_type(write.path)[0],
+            seq=self._clock() if write.seq is None else write.seq,
+            metadata=write.metadata,
         )
         self._sink.send(event)
         return event

@@ -177,6 +177,13 @@ class Bm25Settings(_Section):
     stemming: bool = True
     rebuild_debounce_s: float = Field(default=1.0, ge=0)
     keep_generations: int = Field(default=2, ge=1)
+    # Fresh writes go to a delta segment this long after their commit (pipeline/lexical/updates.py); the
+    # delta is merged into a new generation (a full rebuild, paced by ``rebuild_debounce_s``) once it holds
+    # more than ``delta_max_chunks`` chunks (or a quarter of the generation's) or the generation is older
+    # than ``merge_after_s``.
+    delta_debounce_s: float = Field(default=0.1, ge=0)
+    delta_max_chunks: int = Field(default=20_000, ge=1)
+    merge_after_s: float = Field(default=3600.0, gt=0)
 
 
 class EntropySettings(_Section):

@@ -97,8 +97,9 @@ def _published_at(raw: bytes) -> float | None:
 
 
 def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
-    """Per shard: the published generation and whether it is current: it includes every committed write
-    and was built by the configured tokenizer (after a tokenizer change every shard needs a rebuild)."""
+    """Per shard: the published generation and whether it is current: it (with its delta segment) includes
+    every committed write and was built by the configured tokenizer (after a tokenizer change every shard
+    needs a rebuild)."""
     tracker = Bm25Freshness(client)
     tokenizer = Tokenizer(stem=settings.bm25.stemming).name
     rows = []
@@ -111,6 +112,8 @@ def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, An
                 "shard": shard,
                 "generation": manifest.generation if manifest else None,
                 "documents": manifest.doc_count if manifest else 0,
+                # Chunks of documents written since the generation, searchable from its delta segment.
+                "delta_documents": manifest.delta_docs if manifest else 0,
                 "built_version": built,
                 "dirty_version": dirty,
                 "tokenizer": manifest.tokenizer if manifest else None,

@@ -14,22 +14,28 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import bm25s
 import numpy as np
 
 from pipeline.errors import PermanentError
 from pipeline.fileio import exclusive_lock, fsync_dir, fsync_tree
+from pipeline.lexical.doc_keys import doc_key_array
 from pipeline.lexical.layout import (
+    BASE_STATS_FILE,
     CHUNK_IDS_FILE,
+    DOC_KEY_ORDER_FILE,
+    DOC_KEYS_FILE,
     LOCK_NAME,
     MANIFEST_TMP_PREFIX,
     STAGING_PREFIX,
     ZONE_CODES_FILE,
     ZONE_NAMES_FILE,
     generation_dir_name,
+    parse_delta_dir_name,
     parse_generation_dir_name,
     shard_dir,
 )
@@ -41,6 +47,15 @@ logger = logging.getLogger(__name__)
 # A staging directory or manifest temp file this old belongs to a builder that crashed: no live build
 # takes a day, and deleting a live one would only make that build fail, never corrupt a published one.
 _STALE_LEFTOVER_SECONDS = 24 * 3600
+
+
+class CatchUp(NamedTuple):
+    """A delta a merge publishes with its new generation: the writes that landed during the build."""
+
+    directory: str  # the installed delta directory ("" when there was nothing to catch up)
+    built_version: int
+    docs: int
+    masked: int
 
 
 def build_shard_index(
@@ -55,15 +70,22 @@ def build_shard_index(
     b: float = 0.75,
     keep_generations: int = 2,
     tokenizer: Tokenizer | None = None,
+    paths: Sequence[str] | None = None,
+    catch_up: Callable[[Path], CatchUp | None] | None = None,
 ) -> ShardManifest:
     """Index ``texts`` (aligned with ``chunk_ids`` and ``zones``) as a new generation of ``shard``.
 
     Returns the manifest now published. If another builder has meanwhile published a newer
     ``built_version``, this build is discarded and that manifest is returned instead, so a slow builder
-    never rolls the index back to older content. Generations older than the newest ``keep_generations``
+    never rolls the index back to older content. With ``paths`` (each chunk's document path) the
+    generation can take delta segments (``delta.py``); ``catch_up``, called under the shard lock with the
+    new generation's directory, may install a delta covering writes that landed during the build, published
+    together with it. Generations older than the newest ``keep_generations``
     are deleted after publishing; readers that still map them keep working (unlinked files stay readable
     while mapped), and readers that had not loaded them yet reload the current manifest.
     """
+    if paths is not None and len(paths) != len(chunk_ids):
+        raise ValueError(f"paths ({len(paths)}) and chunk_ids ({len(chunk_ids)}) differ in length")
     if not len(chunk_ids) == len(zones) == len(texts):
         raise ValueError(f"chunk_ids, zones and texts differ in length ({len(chunk_ids)}, {len(zones)}, {len(texts)})")
     if keep_generations < 1:
@@ -79,12 +101,14 @@ def build_shard_index(
         staging.chmod(0o755)
         tokenizer = tokenizer or Tokenizer()
         vocab_size = _write_generation(
-            staging, chunk_ids=chunk_ids, zones=zones, texts=texts, k1=k1, b=b, tokenizer=tokenizer
+            staging, chunk_ids=chunk_ids, zones=zones, texts=texts, k1=k1, b=b, tokenizer=tokenizer, paths=paths
         )
         fsync_tree(staging)
         with exclusive_lock(directory / LOCK_NAME):
             current = _current_manifest_for_publish(root, shard)
-            if current is not None and current.built_version > built_version:
+            # With a catch-up delta, the new generation replaces the published one's delta too.
+            floor = (current.generation_version if catch_up is not None else current.built_version) if current else 0
+            if current is not None and floor > built_version:
                 logger.info(
                     "shard %d: discarding BM25 build of version %d, version %d is already published",
                     shard,
@@ -96,10 +120,16 @@ def build_shard_index(
             name = generation_dir_name(generation)
             os.rename(staging, directory / name)
             fsync_dir(directory)
+            caught = catch_up(directory / name) if catch_up is not None and vocab_size > 0 else None
             manifest = ShardManifest(
                 shard=shard,
                 generation=generation,
-                built_version=built_version,
+                built_version=max(built_version, caught.built_version) if caught else built_version,
+                base_version=built_version,
+                delta=caught.directory if caught else "",
+                delta_docs=caught.docs if caught else 0,
+                delta_masked=caught.masked if caught else 0,
+                delta_created_at=time.time() if caught and caught.directory else 0.0,
                 doc_count=len(chunk_ids),
                 directory=name,
                 created_at=time.time(),
@@ -109,7 +139,8 @@ def build_shard_index(
                 tokenizer=tokenizer.name,
             )
             write_manifest(root, manifest)
-            _collect_garbage(directory, keep_generations=keep_generations, published=generation)
+            collect_garbage(directory, keep_generations=keep_generations, published=generation,
+                            delta=manifest.delta)
         return manifest
     finally:
         # Gone after a successful rename; otherwise the build failed or was discarded.
@@ -125,6 +156,7 @@ def _write_generation(
     k1: float,
     b: float,
     tokenizer: Tokenizer,
+    paths: Sequence[str] | None = None,
 ) -> int:
     """Write one generation's files into ``target``; return the vocabulary size (0: no bm25s files)."""
     if not chunk_ids:
@@ -146,6 +178,14 @@ def _write_generation(
     retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
     retriever.index(corpus_tokens, show_progress=False)
     retriever.save(target, show_progress=False)
+    if paths is not None:
+        keys = doc_key_array(zones, paths)
+        np.save(target / DOC_KEYS_FILE, keys, allow_pickle=False)
+        np.save(target / DOC_KEY_ORDER_FILE, np.argsort(keys, kind="stable").astype(np.int64), allow_pickle=False)
+        # bm25s's average length: every document's token count, empty ones included.
+        avgdl = sum(len(tokens) for tokens in corpus_tokens) / len(corpus_tokens)
+        (target / BASE_STATS_FILE).write_text(json.dumps({"avgdl": avgdl, "docs": len(corpus_tokens)}),
+                                              encoding="utf-8")
     return vocab_size
 
 
@@ -167,14 +207,19 @@ def _next_generation(directory: Path, current: ShardManifest | None) -> int:
     return highest + 1
 
 
-def _collect_garbage(directory: Path, *, keep_generations: int, published: int) -> None:
-    """Delete generations beyond the newest ``keep_generations`` and leftovers of crashed builders."""
+def collect_garbage(directory: Path, *, keep_generations: int, published: int, delta: str = "") -> None:
+    """Delete generations beyond the newest ``keep_generations``, deltas beyond the newest two (never the
+    published ones) and leftovers of crashed builders. Call under the shard lock."""
     generations: list[tuple[int, Path]] = []
+    deltas: list[tuple[int, Path]] = []
     now = time.time()
     for entry in directory.iterdir():
         generation = parse_generation_dir_name(entry.name)
+        number = parse_delta_dir_name(entry.name)
         if generation is not None:
             generations.append((generation, entry))
+        elif number is not None:
+            deltas.append((number, entry))
         elif entry.name.startswith((STAGING_PREFIX, MANIFEST_TMP_PREFIX)):
             try:
                 stale = now - entry.stat().st_mtime > _STALE_LEFTOVER_SECONDS
@@ -185,6 +230,11 @@ def _collect_garbage(directory: Path, *, keep_generations: int, published: int) 
     generations.sort(reverse=True)
     for generation, path in generations[keep_generations:]:
         if generation != published:
+            _remove(path)
+    # A reader loads a delta whole (it is small), so one older delta is enough for readers mid-switch.
+    deltas.sort(reverse=True)
+    for _, path in deltas[2:]:
+        if path.name != delta:
             _remove(path)
 
 

@@ -45,6 +45,19 @@ class ShardManifest:
     vocab_size: int = 0
     # Manifests written before the field existed were built by the first, simple tokenizer.
     tokenizer: str = "simple-v1"
+    # The delta segment over the generation (``delta.py``), "" when none. ``built_version`` then covers the
+    # delta too, so ``built_version >= dirty version`` still means current; ``base_version`` is what the
+    # generation alone covers (-1 in a manifest written before deltas existed: the same as built_version).
+    base_version: int = -1
+    delta: str = ""
+    delta_docs: int = 0
+    delta_masked: int = 0
+    delta_created_at: float = 0.0
+
+    @property
+    def generation_version(self) -> int:
+        """The dirty version the generation (without its delta) covers."""
+        return self.built_version if self.base_version < 0 else self.base_version
 
     def to_json(self) -> str:
         """Serialise to JSON (with a format number, checked by :meth:`from_json`)."""
@@ -71,12 +84,19 @@ class ShardManifest:
                 b=_float(data["b"]),
                 vocab_size=_int(data["vocab_size"]),
                 tokenizer=_str(data["tokenizer"]),
+                base_version=_int(data.get("base_version", -1)),
+                delta=_str(data.get("delta", "")),
+                delta_docs=_int(data.get("delta_docs", 0)),
+                delta_masked=_int(data.get("delta_masked", 0)),
+                delta_created_at=_float(data.get("delta_created_at", 0.0)),
             )
         except KeyError as exc:
             raise ValueError(f"manifest lacks field {exc}") from exc
         # A directory name with a separator could make a reader load files outside the shard.
         if "/" in manifest.directory or manifest.directory in ("", ".", ".."):
             raise ValueError(f"manifest directory {manifest.directory!r} is not a plain name")
+        if "/" in manifest.delta or manifest.delta in (".", ".."):
+            raise ValueError(f"manifest delta {manifest.delta!r} is not a plain name")
         return manifest
 
 

@@ -53,12 +53,18 @@ def split_identifier(word: str) -> list[str]:
     ]
 
 
+# Words whose tokens a tokenizer remembers (a corpus's vocabulary is far smaller than its word count: a
+# rebuild tokenises every word of the shard, and most are repeats). Forgotten wholesale when full.
+WORD_CACHE_SIZE = 200_000
+
+
 @dataclass(frozen=True)
 class Tokenizer:
     """Code-aware tokens for BM25; ``stem`` applies the English Snowball stemmer (PyStemmer)."""
 
     stem: bool = True
     _stemmer: Any = field(init=False, repr=False, compare=False, default=None)
+    _words: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.stem:
@@ -70,15 +76,24 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         tokens: list[str] = []
+        words = self._words
         for word in _WORD.findall(text):
-            parts = split_identifier(word)
-            lowered = [p.lower() for p in parts if len(p) > 1 or p.isdigit()]
-            kept = [p for p in lowered if p not in STOPWORDS]
-            if self._stemmer is not None and kept:
-                kept = self._stemmer.stemWords(kept)
-            tokens.extend(kept)
-            if len(parts) > 1:
-                whole = word.lower()
-                if whole not in STOPWORDS:
-                    tokens.append(whole)
+            known = words.get(word)
+            if known is None:
+                if len(words) >= WORD_CACHE_SIZE:
+                    words.clear()
+                known = words[word] = self._word_tokens(word)
+            tokens.extend(known)
         return tokens
+
+    def _word_tokens(self, word: str) -> tuple[str, ...]:
+        parts = split_identifier(word)
+        lowered = [p.lower() for p in parts if len(p) > 1 or p.isdigit()]
+        kept = [p for p in lowered if p not in STOPWORDS]
+        if self._stemmer is not None and kept:
+            kept = self._stemmer.stemWords(kept)
+        if len(parts) > 1:
+            whole = word.lower()
+            if whole not in STOPWORDS:
+                kept = [*kept, whole]
+        return tuple(kept)

@@ -249,6 +249,22 @@ class ShardStore:
             ).fetchone()
         return None if row is None else int(row[0])
 
+    def document_seqs(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """:meth:`document_seq` of many documents in one query: the ``(zone, path)`` the shard has seen,
+        with their ``seq`` (documents never seen are absent)."""
+        if not keys:
+            return {}
+        with self._connection() as conn:
+            rows = conn.execute(
+                self._q(
+                    "SELECT d.zone, d.path, d.seq FROM {s}.documents d "
+                    "JOIN unnest(%s::text[], %s::text[]) AS t(z, p) ON d.zone = t.z AND d.path = t.p "
+                    "WHERE d.seq >= 0"
+                ),
+                ([k[0] for k in keys], [k[1] for k in keys]),
+            ).fetchall()
+        return {(z, p): int(seq) for z, p, seq in rows}
+
     def vector_search(
         self,
         embedding: npt.NDArray[np.float32],

@@ -71,6 +71,16 @@ def test_delete_leaves_a_tombstone_that_blocks_older_writes(store: ShardStore) -
     assert (counts["documents"], counts["deleted"]) == (1, 1)
 
 
+def test_document_seqs_answers_a_batch_in_one_query_as_document_seq_does(store: ShardStore) -> None:
+    store.apply([_write("a", 4, ["a"]), _write("b", 6, ["b"]), _write("a", 5, ["a again"])])
+    store.apply([_delete("gone", 9)])
+    store.apply([_write("other-zone", 3, ["x"], zone="y")])
+    keys = [("z", "a"), ("z", "b"), ("z", "gone"), ("z", "never"), ("y", "other-zone"), ("y", "a")]
+    assert store.document_seqs(keys) == {("z", "a"): 5, ("z", "b"): 6, ("z", "gone"): 9, ("y", "other-zone"): 3}
+    assert all(store.document_seqs(keys).get(k) == store.document_seq(*k) for k in keys)
+    assert store.document_seqs([]) == {}
+
+
 def _fenced(change: DocumentChange, fence: int) -> DocumentChange:
     return dataclasses.replace(change, fence=fence)
 

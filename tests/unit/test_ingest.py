@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 from pipeline.cas import InMemoryContentStore
 from pipeline.errors import ContentNotFoundError
 from pipeline.events import Op, WriteEvent
-from pipeline.ingest import IngestOutcome, IngestResult, ingest_event
+from pipeline.ingest import IngestOutcome, IngestResult, held_seqs, ingest_event
 from pipeline.models import Chunk, PreparedDocument
 from pipeline.settings import Settings
 from pipeline.sharding import shard_for
@@ -34,6 +34,10 @@ class FakeShard:
 
     def document_seq(self, zone: str, path: str) -> int | None:
         return self.seqs.get((zone, path))
+
+    def document_seqs(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        self.batched_reads = getattr(self, "batched_reads", 0) + 1
+        return {k: self.seqs[k] for k in keys if k in self.seqs}
 
     def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:
         (change,) = changes
@@ -80,6 +84,21 @@ def test_stale_events_are_dropped_before_reading_content(env: Env) -> None:
     missing = WriteEvent(op=Op.WRITE, zone="z", path="src/a.py", content_hash="sha256:" + "9" * 64, seq=5)
     assert _ingest(missing, env).result is IngestResult.STALE  # equal seq: a redelivery
     assert _ingest(_write(cas, b"older", seq=4), env).result is IngestResult.STALE
+
+
+def test_a_batch_version_check_reads_each_shard_once_and_decides_as_the_per_event_check(env: Env) -> None:
+    cas, stores, counter = env
+    events = [_write(cas, f"doc {i}".encode(), path=f"d{i}.txt", seq=10) for i in range(12)]
+    for event in events[:6]:  # half of them the shards hold already, at this seq or a newer one
+        stores[shard_for("z", event.path, 3)].seqs[event.key] = 10 + events.index(event) % 2
+    held = held_seqs(events, stores=stores, shards=3)  # type: ignore[arg-type]
+    assert held == {e.key: 10 + i % 2 for i, e in enumerate(events[:6])}
+    assert [getattr(s, "batched_reads", 0) for s in stores] == [1, 1, 1]
+    for event in events:
+        batched = ingest_event(event, settings=SETTINGS, cas=cas, stores=stores, counter=counter,  # type: ignore[arg-type]
+                               held_seqs=held).result
+        assert batched is _ingest(event, env).result
+        assert batched is (IngestResult.STALE if event.key in held else IngestResult.PREPARED)
 
 
 def test_delete_writes_a_tombstone_and_blocks_older_writes(env: Env) -> None:

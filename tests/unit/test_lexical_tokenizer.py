@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.lexical import Tokenizer, split_identifier
+from pipeline.lexical import tokenizer as tokenizer_module
 
 PLAIN = Tokenizer(stem=False)
 STEMMED = Tokenizer(stem=True)
@@ -46,3 +48,12 @@ def test_any_text_tokenizes_to_lower_case_non_stopword_tokens(text: str) -> None
     for token in STEMMED(text):
         assert token and token == token.lower() or not token.isascii()
         assert token not in {"the", "self", "return"}
+
+
+def test_remembered_words_give_the_same_tokens_and_the_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "getUserId parses the HTTPServer2 response; getUserId again, and parsing parsers"
+    fresh = Tokenizer()(text)
+    tokenizer = Tokenizer()
+    monkeypatch.setattr(tokenizer_module, "WORD_CACHE_SIZE", 3)
+    assert tokenizer(text) == fresh and tokenizer(text) == fresh  # cleared when full, same tokens after
+    assert len(tokenizer._words) <= 3

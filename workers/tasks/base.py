@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
@@ -23,6 +23,7 @@ from pipeline.errors import (
     PermanentError,
     StoreUnavailableError,
 )
+from pipeline.freshness import message_documents
 from pipeline.leases import DocumentLeases, Lease
 from workers.names import Task as TaskName
 from workers.runtime import WorkerRuntime
@@ -217,9 +218,13 @@ class PipelineTask(Task):  # type: ignore[misc]
             self.app.send_task(TaskName.VECTOR_INDEX_BUILD.value, kwargs={"shard": shard},
                                countdown=runtime.settings.vector_index.build_debounce_s)
 
-    def schedule_bm25(self, shard: int) -> None:
-        """After a commit to ``shard``: make sure a (debounced) BM25 rebuild will follow."""
+    def schedule_bm25(self, shard: int, keys: Iterable[tuple[str, str]] | None = None) -> None:
+        """After a commit to ``shard`` of the documents ``keys`` (``(zone, path)``; when None, those of this
+        task's message): record them and make sure a (debounced) BM25 update follows. The update indexes
+        them as a delta segment; documents that cannot be named cost a full rebuild instead."""
         freshness = self.runtime.freshness
-        if freshness.mark_dirty(shard):
-            delay = freshness.rebuild_delay(shard, debounce_s=self.runtime.settings.bm25.rebuild_debounce_s)
-            self.app.send_task(TaskName.BM25_REBUILD.value, kwargs={"shard": shard}, countdown=delay)
+        if keys is None:
+            keys = message_documents(dict(getattr(self.request, "kwargs", None) or {}))
+        if freshness.mark_dirty(shard, keys):
+            self.app.send_task(TaskName.BM25_REBUILD.value, kwargs={"shard": shard},
+                               countdown=self.runtime.settings.bm25.delta_debounce_s)

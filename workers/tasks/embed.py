@@ -45,7 +45,7 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
         # Wait a little less than the soft limit so a stuck batch surfaces as a retryable timeout.
         deadline = time.monotonic() + max(1.0, _limits.soft_s - 10)
         indexed = stale = 0
-        shards: set[int] = set()
+        shards: dict[int, list[tuple[str, str]]] = {}
         for raw, prepared, lease, future in pending:
             try:
                 outcome = future.result(timeout=max(0.0, deadline - time.monotonic()))
@@ -61,11 +61,11 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
                 leases.release(lease)
             if outcome.applied:
                 indexed += 1
-                shards.add(prepared.shard)
+                shards.setdefault(prepared.shard, []).append(prepared.event.key)
             else:
                 stale += 1
-        for shard in sorted(shards):
-            self.schedule_bm25(shard)
+        for shard, keys in sorted(shards.items()):
+            self.schedule_bm25(shard, keys)  # only this shard's documents go into its next delta
             if self.runtime.bulk_load_gate.deferred(shard):
                 self.schedule_vector_index(shard)
         return {"indexed": indexed, "stale": stale, "failed": len(failures)}, failures

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pipeline.events import parse_event
-from pipeline.ingest import IngestResult, ingest_event
+from pipeline.events import WriteEvent, parse_event
+from pipeline.ingest import IngestOutcome, IngestResult, held_seqs, ingest_event
 from workers.celery_app import app
 from workers.names import Task
 from workers.tasks.base import PipelineTask, leased, message_items
 
 _limits = app.shardfuse_settings.workers.ingest_limits
+# Events of one message worked on at once (each on its own document).
+EVENT_THREADS = 4
+Outcome = IngestOutcome | BaseException
 
 
 @app.task(name=Task.INGEST.value, bind=True, base=PipelineTask,
@@ -25,36 +29,67 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
     The documents they produce go on to the embed stage together, in one message: the publisher's grouping
     of events carries through, and the embed workers receive documents by the dozen, not one at a time.
     Each event is worked on under its document's lease (:mod:`pipeline.leases`); the embed stage takes its
-    own when the document reaches it.
+    own when the document reaches it. The message's early version check is one query per shard, and up to
+    ``EVENT_THREADS`` documents are worked on at once (an event mostly waits on Redis and PostgreSQL).
     """
 
     def work(items: Sequence[Any]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
         runtime = self.runtime
         failures: list[tuple[Any, BaseException]] = []
-        documents: list[dict[str, Any]] = []
-        results: Counter[str] = Counter()
-        unchanged_shards: set[int] = set()
+        # Events of one document stay in order, on one thread (its lease is the document's).
+        groups: dict[tuple[str, str], list[tuple[Any, WriteEvent]]] = {}
         for raw in items:
             try:
                 event = parse_event(raw)
-                with leased(runtime.leases, event.zone, event.path) as lease:
-                    outcome = ingest_event(event, settings=runtime.settings, cas=runtime.cas,
-                                           stores=runtime.stores, counter=runtime.counter,
-                                           contextualizer=runtime.contextualizer, registry=runtime.chunk_registry,
-                                           refresh=refresh, fence=lease.token)
             except Exception as exc:  # noqa: BLE001 - settled per event by guarded_each
                 failures.append((raw, exc))
                 continue
-            results[outcome.result.value] += 1
+            groups.setdefault(event.key, []).append((raw, event))
+        try:  # the early version check of the whole message, one query per shard
+            held: dict[tuple[str, str], int] | None = held_seqs(
+                [e for group in groups.values() for _, e in group], stores=runtime.stores,
+                shards=runtime.settings.shards)
+        except Exception:  # noqa: BLE001 - only an optimisation: each event then asks its shard itself
+            held = None
+
+        def one_document(group: list[tuple[Any, WriteEvent]]) -> list[tuple[Any, WriteEvent, Outcome]]:
+            done: list[tuple[Any, WriteEvent, Outcome]] = []
+            for raw, event in group:
+                try:
+                    with leased(runtime.leases, event.zone, event.path) as lease:
+                        done.append((raw, event, ingest_event(
+                            event, settings=runtime.settings, cas=runtime.cas, stores=runtime.stores,
+                            counter=runtime.counter, contextualizer=runtime.contextualizer,
+                            registry=runtime.chunk_registry, refresh=refresh, fence=lease.token, held_seqs=held)))
+                except Exception as exc:  # noqa: BLE001 - settled per event by guarded_each
+                    done.append((raw, event, exc))
+            return done
+
+        # Most of an event's time is waiting on Redis (its lease) and PostgreSQL: overlap a few.
+        if len(groups) > 1:
+            with ThreadPoolExecutor(max_workers=min(EVENT_THREADS, len(groups)),
+                                    thread_name_prefix="ingest-event") as pool:
+                results = [r for done in pool.map(one_document, groups.values()) for r in done]
+        else:
+            results = [r for group in groups.values() for r in one_document(group)]
+
+        documents: list[dict[str, Any]] = []
+        counts: Counter[str] = Counter()
+        unchanged_shards: dict[int, list[tuple[str, str]]] = {}
+        for raw, event, outcome in results:
+            if isinstance(outcome, BaseException):
+                failures.append((raw, outcome))
+                continue
+            counts[outcome.result.value] += 1
             if outcome.document is not None:
                 documents.append(outcome.document.to_dict())
             elif outcome.result in (IngestResult.DELETED, IngestResult.SKIPPED):
-                unchanged_shards.add(outcome.shard)
+                unchanged_shards.setdefault(outcome.shard, []).append(event.key)
         if documents:
             self.app.send_task(Task.EMBED.value, kwargs={"documents": documents})
-        for shard in sorted(unchanged_shards):
-            self.schedule_bm25(shard)
-        return dict(results), failures
+        for shard, keys in sorted(unchanged_shards.items()):
+            self.schedule_bm25(shard, keys)
+        return dict(counts), failures
 
     arguments = {"event": event, "events": events, "refresh": refresh}
     refused = self.refuse_malformed(arguments, unknown, lists=("events",))

@@ -1,11 +1,10 @@
-"""Queue ``maintenance``: BM25 shard rebuilds, and HNSW index builds after bulk loads."""
+"""Queue ``maintenance``: BM25 shard updates (delta segments) and merges, and HNSW index builds after bulk loads."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from pipeline.lexical import build_shard_index
+from pipeline.lexical.updates import ShardIndexer
 from workers.celery_app import app
 from workers.names import Task
 from workers.tasks.base import VECTOR_INDEX_FLAG, PipelineTask
@@ -15,37 +14,31 @@ _limits = app.shardfuse_settings.workers.maintenance_limits
 
 @app.task(name=Task.BM25_REBUILD.value, bind=True, base=PipelineTask,
           soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
-def bm25_rebuild(self: PipelineTask, shard: int) -> dict[str, Any]:
-    payload = {"shard": shard}
+def bm25_rebuild(self: PipelineTask, shard: int, merge: bool = False) -> dict[str, Any]:
+    """Bring a shard's BM25 index up to date: a delta segment of the documents written since its generation
+    (``merge=False``, after commits), or a full rebuild into a new generation (``merge=True``, scheduled once
+    the delta grew past ``bm25.delta_max_chunks`` or aged past ``bm25.merge_after_s``)."""
+    payload = {"shard": shard, "merge": merge}
 
     def work() -> dict[str, Any]:
         runtime = self.runtime
         settings = runtime.settings
-        # Read the version before the snapshot: everything committed up to it is in the snapshot.
-        started = time.monotonic()
-        version = runtime.freshness.begin_rebuild(shard)
-        ids: list[str] = []
-        zones: list[str] = []
-        texts: list[str] = []
-        for chunk_id, zone, text in runtime.stores[shard].iter_lexical_rows():
-            ids.append(chunk_id)
-            zones.append(zone)
-            texts.append(text)
-        manifest = build_shard_index(
-            settings.bm25_root,
-            shard,
-            chunk_ids=ids,
-            zones=zones,
-            texts=texts,
-            built_version=version,
-            k1=settings.bm25.k1,
-            b=settings.bm25.b,
-            keep_generations=settings.bm25.keep_generations,
-            tokenizer=runtime.lexical_tokenizer,
+        indexer = ShardIndexer(
+            root=settings.bm25_root, shard=shard, store=runtime.stores[shard], freshness=runtime.freshness,
+            tokenizer=runtime.lexical_tokenizer, k1=settings.bm25.k1, b=settings.bm25.b,
+            keep_generations=settings.bm25.keep_generations, delta_max_chunks=settings.bm25.delta_max_chunks,
+            merge_after_s=settings.bm25.merge_after_s,
         )
-        runtime.freshness.record_build(shard, seconds=time.monotonic() - started)
-        return {"shard": shard, "generation": manifest.generation, "documents": manifest.doc_count,
-                "built_version": version}
+        if merge:
+            try:
+                return indexer.merge()
+            finally:
+                runtime.freshness.release_merge(shard)
+        result = indexer.update()
+        if result["merge_due"] and runtime.freshness.claim_merge(shard):
+            delay = runtime.freshness.rebuild_delay(shard, debounce_s=settings.bm25.rebuild_debounce_s)
+            self.app.send_task(Task.BM25_REBUILD.value, kwargs={"shard": shard, "merge": True}, countdown=delay)
+        return result
 
     return self.guarded(payload, work)
 

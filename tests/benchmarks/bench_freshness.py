@@ -1,0 +1,181 @@
+"""Write-to-searchable latency with BM25 delta segments, and what a delta update costs as the shard grows.
+
+With N chunks in one shard (``SHARDFUSE_BENCH_CHUNKS``, default 100,000; loaded straight into the shard
+tables, HNSW built after the load, then the BM25 generation built by the merge), single-document writes
+are published one at a time through the running pipeline; for each, the time from the publish call until
+its chunk is in the vector leg (committed in PostgreSQL) and until the keyword leg returns it (a
+``LexicalShardReader`` on the published index, as query workers search it). The same is measured at
+N/10 chunks, and the delta update itself (``ShardIndexer.update`` of one written document, in process,
+against the same tables) at both sizes, next to the full rebuild it replaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import numpy as np
+import psycopg
+import pytest
+import redis
+
+from pipeline.events import Op, WriteEvent
+from pipeline.freshness import Bm25Freshness
+from pipeline.lexical import LexicalShardReader, Tokenizer, read_manifest
+from pipeline.lexical.manifest import write_manifest
+from pipeline.lexical.updates import ShardIndexer
+from pipeline.models import Chunk
+from pipeline.store.changes import DocStatus, DocumentChange
+from pipeline.store.pools import ShardPools
+from pipeline.store.shard_store import ShardStore
+from tests.benchmarks.scale import bench_stack, corpus, report, summary_ms
+
+pytestmark = pytest.mark.timeout(3600)
+
+ZONE = "fresh"
+CHUNKS = int(os.environ.get("SHARDFUSE_BENCH_CHUNKS", "100000"))
+WRITES = int(os.environ.get("SHARDFUSE_BENCH_WRITES", "40"))
+DELTA_UPDATES = 20
+
+
+def _load(store: ShardStore, start: int, stop: int, *, dimensions: int) -> float:
+    """Write documents ``start..stop`` of the corpus (one chunk each) straight into the shard's tables."""
+    started = time.perf_counter()
+    docs = corpus(stop)[start:]
+    rng = np.random.default_rng(start)
+    for offset in range(0, len(docs), 2000):
+        changes = []
+        batch = docs[offset:offset + 2000]
+        vectors = rng.standard_normal((len(batch), dimensions)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        for doc, vector in zip(batch, vectors, strict=True):
+            chunk = Chunk(ordinal=0, text=doc.text, start_char=0, end_char=len(doc.text), start_line=1,
+                          end_line=doc.text.count("\n") + 1, token_count=len(doc.text.split()))
+            digest = hashlib.sha256(doc.text.encode()).hexdigest()
+            event = WriteEvent(op=Op.WRITE, zone=ZONE, path=doc.path, seq=1, size=len(doc.text),
+                               content_hash=f"sha256:{digest}")
+            changes.append(DocumentChange(event=event, status=DocStatus.INDEXED, chunks=(chunk,),
+                                          embeddings=vector.reshape(1, -1), line_count=chunk.end_line))
+        store.apply(changes)
+    return time.perf_counter() - started
+
+
+def _word(i: int) -> str:
+    """A word no other document holds (letters only: the tokenizer splits at digits)."""
+    letters = ""
+    i += 26 * 26
+    while i:
+        i, r = divmod(i, 26)
+        letters += chr(ord("a") + r)
+    return f"zqx{letters}"
+
+
+def _chunk_committed(dsn: str, path: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT 1 FROM shard_0.chunks WHERE zone = %s AND path = %s", (ZONE, path)).fetchone() \
+            is not None
+
+
+def _write_latencies(stack: Any, reader: LexicalShardReader, label: str, words: int) -> tuple[list[float], list[float]]:
+    """Publish WRITES single documents one at a time; per write, seconds to the vector and keyword legs."""
+    vector_s, keyword_s = [], []
+    texts = corpus(50)
+    for i in range(WRITES):
+        word = _word(words + i)
+        path = f"fresh/{label}/{i}.txt"
+        text = f"{texts[i % len(texts)].text}\nFresh note {word}.\n"
+        started = time.perf_counter()
+        with stack.publisher() as publisher:
+            publisher.write(zone=ZONE, path=path, data=text.encode())
+        vec = key = None
+        while vec is None or key is None:
+            now = time.perf_counter() - started
+            if now > 60:
+                raise AssertionError(f"{path} not searchable after 60 s (vector {vec}, keyword {key})")
+            if vec is None and _chunk_committed(stack.settings.postgres.dsn, path):
+                vec = now
+            if key is None and reader.search(word, zone=ZONE, k=3):
+                key = now
+            time.sleep(0.01)
+        vector_s.append(vec)
+        keyword_s.append(key)
+        time.sleep(0.2)  # one write at a time: the pipeline is idle between writes
+    return vector_s, keyword_s
+
+
+def _delta_costs(store: ShardStore, live_root: Path, tokenizer: Tokenizer, paths: list[str]) -> list[float]:
+    """In process, on a copy of the live index (and Redis records of its own): DELTA_UPDATES delta updates
+    of one written document each (the delta grows by one document per update, as between merges)."""
+    freshness = Bm25Freshness(fakeredis.FakeRedis())
+    with tempfile.TemporaryDirectory(prefix="bench-fresh-") as root:
+        shutil.copytree(live_root / "shard_0", Path(root) / "shard_0")
+        # The copy answers to this private Redis, whose counter starts at 0.
+        copied = read_manifest(Path(root), 0)
+        assert copied is not None and not copied.delta
+        write_manifest(Path(root), replace(copied, built_version=0, base_version=0))
+        job = ShardIndexer(root=Path(root), shard=0, store=store, freshness=freshness, tokenizer=tokenizer)
+        costs = []
+        for path in paths[:DELTA_UPDATES]:
+            freshness.mark_dirty(0, [(ZONE, path)])
+            started = time.perf_counter()
+            result = job.update()
+            costs.append(time.perf_counter() - started)
+            assert result["kind"] == "delta", result
+    return costs
+
+
+def test_write_to_searchable_with_delta_segments() -> None:
+    small = max(1000, CHUNKS // 10)
+    with bench_stack(shards=1) as stack, ShardPools(stack.settings, min_size=1, max_size=4) as pools:
+        settings = stack.settings
+        store = pools.stores()[0]
+        store.ensure_schema()
+        rows: list[list[Any]] = []
+        figures: dict[str, Any] = {"chunks": CHUNKS, "writes": WRITES}
+        loaded = 0
+        for size in (small, CHUNKS):
+            store.defer_vector_index()  # a bulk load: HNSW built once after it, not row by row
+            load_s = _load(store, loaded, size, dimensions=settings.embedder.dimensions)
+            loaded = size
+            print(f"\n{size} chunks loaded in {load_s:.1f} s", flush=True)
+            started = time.perf_counter()
+            store.build_vector_index()
+            hnsw_s = time.perf_counter() - started
+            print(f"HNSW built in {hnsw_s:.1f} s", flush=True)
+            # The running pipeline's index: a merge (the full rebuild) through its own freshness records.
+            tokenizer = Tokenizer(stem=settings.bm25.stemming)
+            live = ShardIndexer(root=settings.bm25_root, shard=0, store=store,
+                                freshness=Bm25Freshness(redis.Redis.from_url(settings.broker.url)),
+                                tokenizer=tokenizer, k1=settings.bm25.k1, b=settings.bm25.b)
+            started = time.perf_counter()
+            live.merge()
+            full_s = time.perf_counter() - started
+            print(f"BM25 full build in {full_s:.1f} s", flush=True)
+            deltas = _delta_costs(store, settings.bm25_root, tokenizer, [d.path for d in corpus(size)[-DELTA_UPDATES:]])
+            reader = LexicalShardReader(settings.bm25_root, 0, tokenizer=tokenizer)
+            reader.refresh()
+            vector_s, keyword_s = _write_latencies(stack, reader, f"n{size}", words=size)
+            both = [max(v, k) for v, k in zip(vector_s, keyword_s, strict=True)]
+            answer = stack.search(_word(size + WRITES - 1), ZONE)
+            assert f"fresh/n{size}/{WRITES - 1}.txt" in str(answer), "the last write is not found end to end"
+            tag = f"{size // 1000}k"
+            figures[f"load_s_{tag}"] = round(load_s, 1)
+            figures[f"hnsw_build_s_{tag}"] = round(hnsw_s, 1)
+            figures[f"full_rebuild_s_{tag}"] = round(full_s, 2)
+            figures[f"delta_update_ms_{tag}"] = summary_ms(deltas)
+            figures[f"vector_ms_{tag}"] = summary_ms(vector_s)
+            figures[f"keyword_ms_{tag}"] = summary_ms(keyword_s)
+            figures[f"both_legs_ms_{tag}"] = summary_ms(both)
+            rows.append([size, round(full_s * 1000), summary_ms(deltas)["p50_ms"], summary_ms(deltas)["p99_ms"],
+                         summary_ms(vector_s)["p50_ms"], summary_ms(keyword_s)["p50_ms"],
+                         summary_ms(both)["p50_ms"], summary_ms(both)["p99_ms"]])
+        report("bm25_delta_freshness",
+               ["chunks", "full rebuild ms", "delta p50 ms", "delta p99 ms", "vector p50 ms", "keyword p50 ms",
+                "both legs p50 ms", "both legs p99 ms"], rows, figures)

@@ -1,0 +1,193 @@
+"""Hybrid search at scale: 100,000 chunks over 4 shards, warm, 1,000 distinct queries (``make bench``).
+
+How the shards are filled: indexing 100,000 chunks through the broker takes too long for a benchmark, so
+the corpus (:func:`tests.benchmarks.scale.corpus`: SciFact's abstracts, copy after copy, distinct paths and
+text) is written into the stack's shards directly by :mod:`tests.benchmarks.direct_load`: the ingest stage's
+decoding, chunking and contextualizing, the stack's (hashing) embedder, ``ShardStore.apply`` in batches with
+the HNSW index deferred and built after the load (bulk-load mode), then each shard's BM25 generation built and
+published by ``build_shard_index`` as the rebuild task does. What queries see is what the pipeline would have
+produced. ``SHARDFUSE_BENCH_CHUNKS`` sets a smaller corpus for quick runs (default 100000).
+
+Measured, one query at a time, ``cache=False`` (no result cache and no query-embedding cache: every query is
+computed, as a first-time query is), hybrid mode, k = 10, default fusion:
+
+- in-process: the ``SearchService`` the query worker uses (``WorkerRuntime.searcher``), called from here;
+- RPC: the ``shardfuse.search`` task through the broker (``SearchClient``, as ``Stack.search`` uses it);
+- QPS: the same 1,000 queries sent by 4 client threads at the query worker, which runs 2 threads;
+- memory: peak RSS (``VmHWM``) of the query worker process with every shard loaded (bm25s mmaps its index,
+  so file-backed pages are shared with the page cache: ``RssFile``) and of the embed worker.
+
+Goals: in-process p50 <= 10 ms, p99 <= 40 ms; RPC p50 <= 20 ms, p99 <= 50 ms. Printed beside the figures,
+not asserted (timings on a shared machine are noisy). The last line is JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from query.request import SearchRequest
+from tests.benchmarks import direct_load, scale
+from workers.cli.querying import SearchClient
+from workers.runtime import WorkerRuntime
+
+CHUNKS = int(os.environ.get("SHARDFUSE_BENCH_CHUNKS", "100000"))
+SHARDS = 4
+QUERIES = 1000
+WARM_QUERIES = 100
+QUERY_THREADS = 2
+CLIENT_THREADS = 4
+ZONE = "bench"
+GOALS = {"inprocess_p50_ms": 10.0, "inprocess_p99_ms": 40.0, "rpc_p50_ms": 20.0, "rpc_p99_ms": 50.0}
+# The 100,000-chunk load alone takes minutes; the plugin's default 600 s would cut the run short.
+pytestmark = pytest.mark.timeout(3600)
+STAGES = ("embed", "keyword", "vector", "fuse", "hydrate", "boost", "total")
+
+
+def test_hybrid_query_latency_throughput_and_memory() -> None:
+    queries = scale.queries(QUERIES + WARM_QUERIES)
+    timed, warm = queries[:QUERIES], queries[QUERIES:]
+    overrides = {"SHARDFUSE_WORKERS__QUERY_CONCURRENCY": str(QUERY_THREADS)}
+    with scale.bench_stack(shards=SHARDS, **overrides) as stack:
+        settings = stack.settings
+        docs = scale.corpus(int(CHUNKS / 1.1) + 100)
+        t = time.perf_counter()
+        prepared = direct_load.prepare(docs, zone=ZONE, settings=settings, max_chunks=CHUNKS)
+        prepare_s = time.perf_counter() - t
+        loaded = direct_load.load(settings, prepared)
+        del prepared, docs
+        print(f"\nloaded {loaded.chunks:,} chunks of {loaded.documents:,} documents into {SHARDS} shards: "
+              f"chunked in {prepare_s:.0f} s, embedded+written in {loaded.write_s:.0f} s, HNSW built in "
+              f"{loaded.hnsw_s:.0f} s, BM25 built in {loaded.bm25_s:.0f} s")
+
+        runtime = WorkerRuntime(settings)
+        try:
+            service = runtime.searcher
+            default_fusion, default_alpha = settings.query.fusion_defaults(ZONE)
+
+            def in_process(query: str) -> dict[str, Any]:
+                request = SearchRequest.parse(query=query, zone=ZONE, k=10, mode="hybrid", fusion=default_fusion,
+                                              alpha=default_alpha, max_k=settings.query.max_k)
+                return service.search(request, use_cache=False)
+
+            client = SearchClient(settings)
+
+            def rpc(query: str) -> dict[str, Any]:
+                return client.search(query=query, zone=ZONE, k=10, mode="hybrid", cache=False)
+
+            for query in warm:  # maps every shard, warms PostgreSQL's buffers and both processes' code paths
+                in_process(query)
+                rpc(query)
+            local_s, local_answers = _timed(in_process, timed)
+            rpc_s, rpc_answers = _timed(rpc, timed)
+            assert all(a["results"] for a in local_answers), "a query found nothing"
+            rpc_qps = _throughput(lambda: SearchClient(settings), timed)
+            local_qps = _local_throughput(in_process, timed)
+            memory = {name: _memory(comp.pid) for name, comp in stack.state.components.items()
+                      if name in ("worker-query", "worker-embed")}
+        finally:
+            runtime.close()
+
+    local, remote = scale.summary_ms(local_s), scale.summary_ms(rpc_s)
+    stages = {stage: _stage_p50(local_answers, stage) for stage in STAGES}
+    server = {stage: _stage_p50(rpc_answers, stage) for stage in STAGES}
+    figures: dict[str, Any] = {
+        "chunks": loaded.chunks, "documents": loaded.documents, "shards": SHARDS, "queries": len(timed),
+        "inprocess_p50_ms": local["p50_ms"], "inprocess_p99_ms": local["p99_ms"],
+        "rpc_p50_ms": remote["p50_ms"], "rpc_p99_ms": remote["p99_ms"],
+        "rpc_qps": round(rpc_qps, 1), "inprocess_qps_2_threads": round(local_qps, 1),
+        "query_threads": QUERY_THREADS, "client_threads": CLIENT_THREADS,
+        "inprocess_stage_p50_ms": stages, "rpc_server_stage_p50_ms": server,
+        "memory_mb": memory, "goals": GOALS,
+        "met": {name: figure_met for name, figure_met in _met(local, remote).items()},
+    }
+    rows: list[list[Any]] = [
+        ["in-process p50 / p99 (ms)", f"{local['p50_ms']:.2f} / {local['p99_ms']:.2f}",
+         f"<= {GOALS['inprocess_p50_ms']:g} / <= {GOALS['inprocess_p99_ms']:g}",
+         _verdict(figures["met"], "inprocess")],
+        ["RPC p50 / p99 (ms)", f"{remote['p50_ms']:.2f} / {remote['p99_ms']:.2f}",
+         f"<= {GOALS['rpc_p50_ms']:g} / <= {GOALS['rpc_p99_ms']:g}", _verdict(figures["met"], "rpc")],
+        [f"RPC QPS ({QUERY_THREADS} worker threads, {CLIENT_THREADS} clients)", f"{rpc_qps:.1f}", "", ""],
+        [f"in-process QPS ({QUERY_THREADS} threads)", f"{local_qps:.1f}", "", ""],
+        ["stage p50 in-process (ms)", " ".join(f"{k}={v}" for k, v in stages.items()), "", ""],
+        ["stage p50 in the worker (ms)", " ".join(f"{k}={v}" for k, v in server.items()), "", ""],
+    ]
+    for name, mem in memory.items():
+        rows.append([f"{name} peak RSS (MB)", f"{mem['peak_rss']:.0f} (now {mem['rss']:.0f}: anon "
+                     f"{mem['rss_anon']:.0f}, file {mem['rss_file']:.0f}, shared mem {mem['rss_shmem']:.0f})",
+                     "", ""])
+    scale.report("query", ["measure", "figure", "goal", "met"], rows, figures)
+
+
+def _timed(fn: Callable[[str], dict[str, Any]], queries: Sequence[str]) -> tuple[list[float], list[dict[str, Any]]]:
+    seconds, answers = [], []
+    for query in queries:
+        started = time.perf_counter()
+        answers.append(fn(query))
+        seconds.append(time.perf_counter() - started)
+    return seconds, answers
+
+
+def _throughput(make_client: Callable[[], SearchClient], queries: Sequence[str]) -> float:
+    """Queries per second through the broker with ``CLIENT_THREADS`` callers, each with its own client."""
+    parts = [list(queries[i::CLIENT_THREADS]) for i in range(CLIENT_THREADS)]
+
+    def run(part: list[str]) -> None:
+        client = make_client()
+        for query in part:
+            client.search(query=query, zone=ZONE, k=10, mode="hybrid", cache=False)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(CLIENT_THREADS) as pool:
+        list(pool.map(run, parts))
+    return len(queries) / (time.perf_counter() - started)
+
+
+def _local_throughput(fn: Callable[[str], dict[str, Any]], queries: Sequence[str]) -> float:
+    started = time.perf_counter()
+    with ThreadPoolExecutor(QUERY_THREADS) as pool:
+        list(pool.map(fn, queries))
+    return len(queries) / (time.perf_counter() - started)
+
+
+def _memory(pid: int) -> dict[str, float]:
+    """The largest process of a worker pool (its main process or a child): peak and current RSS, in MB."""
+    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    fields = [_status(p.pid) for p in procs]
+    worst = max(fields, key=lambda f: f.get("VmHWM", 0.0))
+    return {"peak_rss": worst.get("VmHWM", 0.0), "rss": worst.get("VmRSS", 0.0),
+            "rss_anon": worst.get("RssAnon", 0.0), "rss_file": worst.get("RssFile", 0.0),
+            "rss_shmem": worst.get("RssShmem", 0.0), "processes": float(len(procs))}
+
+
+def _status(pid: int) -> dict[str, float]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            out[key] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def _stage_p50(answers: Sequence[dict[str, Any]], stage: str) -> float:
+    values = [a["timings_ms"][stage] for a in answers if stage in a["timings_ms"]]
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def _met(local: dict[str, float], remote: dict[str, float]) -> dict[str, bool]:
+    return {"inprocess_p50_ms": local["p50_ms"] <= GOALS["inprocess_p50_ms"],
+            "inprocess_p99_ms": local["p99_ms"] <= GOALS["inprocess_p99_ms"],
+            "rpc_p50_ms": remote["p50_ms"] <= GOALS["rpc_p50_ms"],
+            "rpc_p99_ms": remote["p99_ms"] <= GOALS["rpc_p99_ms"]}
+
+
+def _verdict(met: dict[str, bool], prefix: str) -> str:
+    return " / ".join("yes" if met[f"{prefix}_{p}_ms"] else "NO" for p in ("p50", "p99"))

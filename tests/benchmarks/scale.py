@@ -1,0 +1,256 @@
+"""What the scale benchmarks share: a corpus of any size made from SciFact, a stack of their own, indexing
+a corpus through the real pipeline, distinct queries, and the report format (a table, then one JSON line).
+
+The corpus replicates SciFact's 5,183 abstracts with distinct paths and text: copy ``r`` of a document
+carries a last line naming the copy, so no two documents (and no two chunks) are equal and the zone's
+repeated-chunk registry never folds one into another. Its term statistics stay SciFact's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from query.evaluation import load_beir
+from tests.integration.conftest import Stack, running_stack
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+@dataclass(frozen=True)
+class Doc:
+    path: str
+    text: str
+
+
+def _scifact() -> Any:
+    if not (DATA / "scifact").is_dir():
+        pytest.skip(f"SciFact is not under {DATA}")
+    return load_beir(DATA / "scifact", split="test")
+
+
+def corpus(n_docs: int) -> list[Doc]:
+    """``n_docs`` distinct documents: SciFact's abstracts, copy after copy."""
+    base = _scifact().corpus
+    docs = []
+    for i in range(n_docs):
+        copy, doc = divmod(i, len(base))
+        source = base[doc]
+        text = f"{source.title}\n\n{source.text}\n\nCopy {copy} of SciFact document {source.doc_id}.\n"
+        docs.append(Doc(path=f"c{copy:03d}/{source.doc_id}.txt", text=text))
+    return docs
+
+
+def queries(n: int) -> list[str]:
+    """``n`` distinct natural-language queries: SciFact's (all splits), then CoSQA's if more are needed."""
+    seen: dict[str, None] = {}
+    for name in ("scifact", "cosqa"):
+        path = DATA / name / "queries.jsonl"
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            text = str(json.loads(line).get("text") or "").strip()
+            if text:
+                seen.setdefault(text, None)
+            if len(seen) >= n:
+                return list(seen)
+    pytest.skip(f"only {len(seen)} distinct queries under {DATA}")
+    raise AssertionError  # unreachable
+
+
+@contextlib.contextmanager
+def bench_stack(*, shards: int, **overrides: str) -> Iterator[Stack]:
+    """A stack of its own (hashing embedder, ``shards`` shards); ``overrides`` are SHARDFUSE_* settings."""
+    env = {
+        "SHARDFUSE_EMBEDDER__PROVIDER": "hashing",
+        "SHARDFUSE_SHARDS": str(shards),
+        "SHARDFUSE_BM25__REBUILD_DEBOUNCE_S": "1",
+        **overrides,
+    }
+    with running_stack(env, keep_env=False) as stack:
+        yield stack
+
+
+def publish(stack: Stack, zone: str, docs: Sequence[Doc]) -> float:
+    """Publish every document (CAS write + event); returns the seconds it took."""
+    started = time.perf_counter()
+    with stack.publisher() as publisher:
+        for doc in docs:
+            publisher.write(zone=zone, path=doc.path, data=doc.text.encode("utf-8"))
+    return time.perf_counter() - started
+
+
+def index(stack: Stack, zone: str, docs: Sequence[Doc], *, timeout: float = 1800) -> float:
+    """Publish ``docs`` and wait until every one is searchable in both legs; returns the seconds from the
+    first publish to searchable."""
+    started = time.perf_counter()
+    publish(stack, zone, docs)
+    stack.wait(timeout=timeout)
+    return time.perf_counter() - started
+
+
+def chunk_count(stack: Stack, zone: str) -> int:
+    total = 0
+    with psycopg.connect(stack.settings.postgres.dsn) as conn:
+        for shard in range(stack.settings.shards):
+            row = conn.execute(f"SELECT count(*) FROM shard_{shard}.chunks WHERE zone = %s", (zone,)).fetchone()
+            total += int(row[0]) if row else 0
+    return total
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100), nearest-rank on the sorted values."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {"p50_ms": round(statistics.median(ms), 2), "p99_ms": round(percentile(ms, 99), 2)}
+
+
+def report(bench: str, header: Sequence[str], rows: Sequence[Sequence[Any]], figures: dict[str, Any]) -> None:
+    """Print a table, then, last, one JSON line with the benchmark's figures."""
+    cells = [[str(h) for h in header]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    print()
+    for n, row in enumerate(cells):
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)))
+        if n == 0:
+            print("  ".join("-" * width for width in widths))
+    print(json.dumps({"bench": bench, **figures}, sort_keys=True))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def publish_many(stack: Stack, zone: str, docs: Sequence[Doc], *, threads: int = 8) -> float:
+    """:func:`publish` through ``Publisher.write_many`` (CAS writes overlapped on threads); the seconds it took."""
+    from pipeline.publisher import Write
+
+    started = time.perf_counter()
+    with stack.publisher() as publisher:
+        publisher.write_many((Write(zone=zone, path=d.path, data=d.text.encode("utf-8")) for d in docs),
+                             threads=threads)
+    return time.perf_counter() - started
+
+
+def bare_copy(stack: Stack, *, source_zone: str, index_present: bool = True) -> tuple[int, float]:
+    """The physical limit of a shard write on this machine: ``source_zone``'s chunk rows, read out of the
+    pipeline's shards, written into the same shard tables (same DDL, ``pipeline.store.schema``) of a new
+    database by one bare ``COPY … (FORMAT BINARY)`` per shard, the shards' COPYs in parallel as the pipeline
+    writes them. With ``index_present`` the HNSW index is there during the COPY; without, it is dropped
+    first and built after (timed too). Returns (rows, seconds of the writes)."""
+    import threading
+    import uuid
+
+    from pipeline.store.schema import ensure_shard_schema, shard_schema
+    from pipeline.store.vector_index import INDEX_NAME, BuildSettings, create_index_sql
+
+    settings = stack.settings
+    dsn = settings.postgres.dsn
+    name = f"bare_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    target = dsn.rsplit("/", 1)[0] + f"/{name}"
+    build = BuildSettings(memory_mb=settings.vector_index.build_memory_mb,
+                          m=settings.vector_index.m, ef_construction=settings.vector_index.ef_construction)
+    dimensions = _embedding_dimensions(dsn)
+    payloads: list[bytes] = []
+    rows = 0
+    with psycopg.connect(dsn) as source, psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        for shard in range(settings.shards):
+            ensure_shard_schema(conn, shard, dimensions=dimensions, build=build)
+            if not index_present:
+                conn.execute(f'DROP INDEX "{shard_schema(shard)}"."{INDEX_NAME}"')
+            buffer = bytearray()
+            query = f"COPY (SELECT * FROM {shard_schema(shard)}.chunks WHERE zone = %s) TO STDOUT (FORMAT BINARY)"
+            with source.cursor().copy(query, (source_zone,)) as copy:
+                for block in copy:
+                    buffer += block
+            payloads.append(bytes(buffer))
+            row = source.execute(f"SELECT count(*) FROM {shard_schema(shard)}.chunks WHERE zone = %s",
+                                 (source_zone,)).fetchone()
+            rows += int(row[0]) if row else 0
+    errors: list[BaseException] = []
+
+    def write(shard: int) -> None:
+        try:
+            with psycopg.connect(target) as conn:
+                with conn.cursor().copy(f"COPY {shard_schema(shard)}.chunks FROM STDIN (FORMAT BINARY)") as copy:
+                    view = memoryview(payloads[shard])
+                    for start in range(0, len(view), 1 << 20):
+                        copy.write(view[start:start + (1 << 20)])
+                conn.commit()
+                if not index_present:
+                    conn.autocommit = True
+                    conn.execute(f"SET maintenance_work_mem = '{build.memory_mb}MB'")
+                    conn.execute(create_index_sql(shard_schema(shard), build, concurrently=False))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=write, args=(shard,)) for shard in range(settings.shards)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name}")
+    if errors:
+        raise errors[0]
+    return rows, seconds
+
+
+def _embedding_dimensions(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT a.atttypmod FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'shard_0' AND c.relname = 'chunks' AND a.attname = 'embedding'"
+        ).fetchone()
+    assert row is not None, "shard_0 has no chunks table yet"
+    return int(row[0])
+
+
+def wait_searchable(stack: Stack, *, timeout: float = 7200, poll_s: float = 0.2) -> None:
+    """Block until everything published is searchable in both legs: the ingest and embed queues hold
+    nothing (waiting or in flight), every shard's BM25 generation (with its delta) includes every commit,
+    and no shard's HNSW index is deferred. Unlike :meth:`Stack.wait` (``shardfuse wait``), maintenance
+    work that is only scheduled (a BM25 merge waiting out its countdown) does not count."""
+    from pipeline.store.schema import shard_schema
+    from pipeline.store.vector_index import is_deferred
+    from workers.monitor import broker_client, pending_work
+    from workers.names import Queue
+
+    settings = stack.settings
+    client = broker_client(settings)
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            state = pending_work(settings, client)
+            if (not state["pending"][Queue.INGEST.value] and not state["pending"][Queue.EMBED.value]
+                    and not state["stale_shards"]
+                    and not any(is_deferred(conn, shard_schema(s)) for s in range(settings.shards))):
+                return
+            time.sleep(poll_s)
+    raise AssertionError("not searchable in time")
