@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -135,14 +134,10 @@ def _stdlib_source(size: int) -> str:
     return "".join(parts)[:size]
 
 
-def test_one_megabyte_of_python_is_fast_and_correct(counter: TokenCounter) -> None:
+def test_one_megabyte_of_python_is_chunked_correctly(counter: TokenCounter) -> None:
+    # Its speed is measured in tests/benchmarks/bench_chunking.py, not asserted here.
     text = _stdlib_source(1_000_000)
-    counter.encode_with_offsets("warm up")  # builds the token-length table once per counter
-    began = time.perf_counter()
     chunks = chunk_text(text, counter=counter, max_tokens=256, overlap_tokens=32)
-    elapsed = time.perf_counter() - began
-    # Typically ~0.4 s; the bound is loose because CI machines are shared.
-    assert elapsed < 3.0, f"chunking 1 MB took {elapsed:.2f} s"
     assert chunks[0].start_char == 0 and chunks[-1].end_char == len(text)
     for previous, chunk in zip(chunks, chunks[1:], strict=False):
         assert previous.start_char < chunk.start_char <= previous.end_char
