@@ -123,11 +123,16 @@ def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, An
     return rows
 
 
+def stale_shards(settings: Settings, client: redis.Redis) -> list[int]:
+    """Shards whose BM25 index is not current (manifests and dirty versions: cheap, unlike reading unacked)."""
+    return [row["shard"] for row in bm25_freshness(settings, client) if not row["current"]]
+
+
 def pending_work(settings: Settings, client: redis.Redis) -> dict[str, Any]:
     depths = queue_depths(client)
     unacked = unacked_by_queue(client)
     pending = {q.value: depths[q.value] + unacked[q.value] for q in PIPELINE_QUEUES}
-    stale = [row["shard"] for row in bm25_freshness(settings, client) if not row["current"]]
+    stale = stale_shards(settings, client)
     return {"pending": pending, "stale_shards": stale, "idle": not any(pending.values()) and not stale}
 
 
@@ -144,7 +149,7 @@ class LostRebuilds:
     def due(self, state: dict[str, Any], now: float) -> list[int]:
         stale = set(state["stale_shards"])
         self._since = {shard: since for shard, since in self._since.items() if shard in stale}
-        if state["pending"][Queue.MAINTENANCE.value]:
+        if not stale or state["pending"][Queue.MAINTENANCE.value]:
             return []
         due = []
         for shard in sorted(stale):

@@ -305,7 +305,10 @@ def _rebuild_watchdog(app: Celery, settings: Settings, client: redis.Redis) -> C
     lost = monitor.LostRebuilds(settings)
 
     def check() -> None:
-        for shard in lost.due(monitor.pending_work(settings, client), time.monotonic()):
+        # unacked holds whole messages: read it (pending_work) only when some shard is behind.
+        state = (monitor.pending_work(settings, client) if monitor.stale_shards(settings, client)
+                 else {"stale_shards": [], "pending": {}})
+        for shard in lost.due(state, time.monotonic()):
             log.warning("shard %d's BM25 index is behind and no rebuild is queued: sending one", shard)
             app.send_task(TaskName.BM25_REBUILD.value, kwargs={"shard": shard})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +86,10 @@ def _fenced(change: DocumentChange, stored_fence: int) -> bool:
 _RECORD_COLUMNS = sql.SQL(
     "chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path"
 )
+
+
+# What BM25 indexes is what was embedded: the situating context, then the chunk.
+_INDEXED_TEXT = "CASE WHEN context = '' THEN text ELSE context || E'\\n\\n' || text END"
 
 
 class ShardStore:
@@ -326,21 +330,32 @@ class ShardStore:
             ).fetchall()
         return {r[0]: ChunkRecord.from_row(r) for r in rows}
 
-    def iter_lexical_rows(self, *, batch_size: int = 5000) -> Iterator[tuple[str, str, str]]:
-        """Every chunk's ``(chunk_id, zone, text)`` for a BM25 build, streamed by a server-side cursor
-        from one snapshot."""
+    def iter_lexical_rows(self, *, batch_size: int = 5000) -> Iterator[tuple[str, str, str, str]]:
+        """Every chunk's ``(chunk_id, zone, path, text)`` for a BM25 build, streamed by a server-side cursor
+        from one snapshot (the path lets a later delta mask a rewritten document's rows)."""
         with (
             self._connection() as conn,
             conn.transaction(),
             conn.cursor(name=f"bm25_shard_{self.shard}") as cur,
         ):
             cur.itersize = batch_size
-            # What BM25 indexes is what was embedded: the situating context, then the chunk.
-            cur.execute(self._q(
-                "SELECT chunk_id, zone, CASE WHEN context = '' THEN text ELSE context || E'\\n\\n' || text END "
-                "FROM {s}.chunks ORDER BY chunk_id"
-            ))
+            cur.execute(self._q(f"SELECT chunk_id, zone, path, {_INDEXED_TEXT} FROM {{s}}.chunks ORDER BY chunk_id"))
             yield from cur
+
+    def lexical_rows_for(self, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str, str, str]]:
+        """The current chunks of the documents ``keys`` (``(zone, path)``; absent ones have none), as
+        :meth:`iter_lexical_rows` gives them: what a BM25 delta indexes."""
+        pairs = sorted(set(keys))
+        if not pairs:
+            return []
+        with self._connection() as conn:
+            return conn.execute(
+                self._q(
+                    f"SELECT chunk_id, zone, path, {_INDEXED_TEXT} FROM unnest(%s::text[], %s::text[]) AS t(z, p) "
+                    "JOIN {s}.chunks ON zone = t.z AND path = t.p ORDER BY chunk_id"
+                ),
+                ([z for z, _ in pairs], [p for _, p in pairs]),
+            ).fetchall()
 
     def zone_counts(self) -> list[dict[str, Any]]:
         """Per zone: indexed, skipped and deleted documents, and chunks."""

@@ -8,9 +8,9 @@ stack's embedder (``embed_documents`` over each chunk's ``indexed_text``, as the
 by :meth:`pipeline.store.ShardStore.apply` (the embed stage's write path: placeholder rows, version check, binary
 ``COPY`` of the chunk rows) in batches, with the HNSW index deferred for the load and built afterwards exactly as
 bulk-load mode does (``defer_vector_index``/``build_vector_index``). Each shard's BM25 index is then built as
-``shardfuse.bm25_rebuild`` builds it: the freshness counter bumped as a commit would, the shard's rows streamed by
-``iter_lexical_rows`` and published by :func:`pipeline.lexical.build_shard_index` with the stack's tokenizer,
-``k1``, ``b`` and ``keep_generations``. So queries see what the pipeline would have produced.
+``shardfuse.bm25_rebuild`` builds it: the freshness counter bumped as a commit would, then a full build (a
+merge, :meth:`pipeline.lexical.updates.ShardIndexer.merge`) with the stack's tokenizer, ``k1``, ``b`` and
+``keep_generations``. So queries see what the pipeline would have produced.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pipeline.decode import Decoded, decode_content
 from pipeline.embeddings import build_embedder
 from pipeline.events import Op, WriteEvent
 from pipeline.freshness import Bm25Freshness
-from pipeline.lexical import Tokenizer, build_shard_index
+from pipeline.lexical import Tokenizer
+from pipeline.lexical.updates import ShardIndexer
 from pipeline.models import Chunk
 from pipeline.preparation import prepare_chunks
 from pipeline.settings import Settings
@@ -125,17 +126,10 @@ def load(settings: Settings, prepared: Sequence[Prepared], *, processes: int = 2
         tokenizer = Tokenizer(stem=settings.bm25.stemming)
         for store in stores:
             freshness.mark_dirty(store.shard)  # what the embed task's commit records
-            t = time.monotonic()
-            version = freshness.begin_rebuild(store.shard)
-            ids, zones, texts = [], [], []
-            for chunk_id, zone, text in store.iter_lexical_rows():
-                ids.append(chunk_id)
-                zones.append(zone)
-                texts.append(text)
-            build_shard_index(settings.bm25_root, store.shard, chunk_ids=ids, zones=zones, texts=texts,
-                              built_version=version, k1=settings.bm25.k1, b=settings.bm25.b,
-                              keep_generations=settings.bm25.keep_generations, tokenizer=tokenizer)
-            freshness.record_build(store.shard, seconds=time.monotonic() - t)
+            # The maintenance worker's own full build (a merge), as `shardfuse.bm25_rebuild` runs it.
+            ShardIndexer(root=settings.bm25_root, shard=store.shard, store=store, freshness=freshness,
+                         tokenizer=tokenizer, k1=settings.bm25.k1, b=settings.bm25.b,
+                         keep_generations=settings.bm25.keep_generations).merge()
         client.close()
     done = time.perf_counter()
     return LoadTimes(chunks=sum(len(p.chunks) for p in prepared), documents=len(prepared),

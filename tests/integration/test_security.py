@@ -234,9 +234,10 @@ def test_explain_chunks_and_dead_letters_keep_zones_apart(stack: Stack, tmp_path
     stack.cli("deadletters", "purge", "--zone", zones[0], "--yes")
 
 
-# The content type the forged message claims. No serializer setting of ours names it: the app accepts JSON
-# only, and this test proves that a message claiming anything else is refused unread.
-FORGED_CONTENT_TYPE = "application/x-python-serialize"
+# The content type the forged message claims: anything but JSON. The app accepts JSON only (no serializer
+# setting anywhere names another), and this test proves that a message claiming anything else is refused
+# unread, its live pickled body never loaded.
+FORGED_CONTENT_TYPE = "application/octet-stream"
 
 
 class _TouchOnLoad:
@@ -250,7 +251,7 @@ class _TouchOnLoad:
 
 
 def _forged_envelope(body: bytes, queue: str, task: str | None) -> dict[str, Any]:
-    """A message as kombu's Redis transport stores it, whose body claims to be a pickle."""
+    """A message as kombu's Redis transport stores it, whose body is a pickle declared as non-JSON content."""
     return {
         "body": base64.b64encode(body).decode("ascii"),
         "content-encoding": "binary",
@@ -285,7 +286,7 @@ def test_a_pickled_message_is_rejected_and_never_run(stack: Stack) -> None:
         (Queue.EMBED, Task.EMBED, "embed"), (Queue.QUERY, Task.SEARCH, "query"),
     ]
     # What an attacker with access to the broker does: push a forged envelope straight onto the queue list
-    # (kombu's Redis layout), declaring a pickled body. No producer of ours is ever set up to send one.
+    # (kombu's Redis layout), its body a pickle. No producer of ours is ever set up to send anything but JSON.
     client = monitor.broker_client(stack.settings)
     try:
         for queue, task, name in sends:

@@ -162,6 +162,10 @@ def test_lexical_rows_stream_every_chunk(store: ShardStore) -> None:
     rows = list(store.iter_lexical_rows(batch_size=7))
     assert len(rows) == 60 and {r[1] for r in rows} == {"z"}
     assert np.all(np.diff([int(r[0], 16) for r in rows]) > 0)  # ordered by chunk id
+    assert {r[2] for r in rows} == {f"f{i}" for i in range(30)}  # each chunk's document path
+    # A delta reads a few documents' chunks the same way; a document that is not there has none.
+    assert store.lexical_rows_for([("z", "f3"), ("z", "f7"), ("z", "gone"), ("other", "f3")]) == sorted(
+        [r for r in rows if r[2] in ("f3", "f7")])
 
 
 def test_a_filter_matching_one_percent_of_a_20000_chunk_zone_still_returns_k(store: ShardStore, tmp_path) -> None:
@@ -190,7 +194,7 @@ def test_a_filter_matching_one_percent_of_a_20000_chunk_zone_still_returns_k(sto
         assert len(allowed) == 200  # 1% of 20,000
     rows = list(store.iter_lexical_rows())
     build_shard_index(tmp_path, 0, chunk_ids=[r[0] for r in rows], zones=[r[1] for r in rows],
-                      texts=[r[2] for r in rows], built_version=1)
+                      texts=[r[3] for r in rows], built_version=1)
     keyword = LexicalShardReader(tmp_path, 0).search("shared topic words", zone="z", k=10, allowed=allowed)
     assert len(keyword) == 10 and {h.chunk_id for h in keyword} <= allowed
     # a prefix's LIKE wildcards are literal: "rare_" does not match "rare/"
