@@ -70,7 +70,9 @@ class QueryTerms:
     terms: frozenset[str]  # distinct tokens, identifier parts only (``parse_event`` → parse, event)
     words: tuple[str, ...]  # case-folded ``\w+`` words, in order, for prefix matching
     parts: str  # "_" + the query's lower-cased identifier parts joined by "_" + "_", for symbol matching
-    phrase: re.Pattern[str] | None = None  # the words with non-word runs between them; None under two words
+    # The pattern of the words with non-word runs between them (None under two words); compiled only for a
+    # text that holds every word, which few candidates of a long query do.
+    phrase: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,7 @@ def prepare_query(query: str) -> QueryTerms:
         terms=frozenset(terms),
         words=words,
         parts="_" + "_".join(parts) + "_",
-        phrase=re.compile(phrase) if len(words) >= 2 else None,
+        phrase=phrase if len(words) >= 2 else None,
     )
 
 
@@ -200,8 +202,8 @@ def _exactness(query_terms: QueryTerms, candidate: Candidate, settings: BoostSet
         _metadata_text(candidate.metadata.get("title")),
         field_text(candidate, "filename"),
     ]
-    phrase = query_terms.phrase
-    if phrase is not None and settings.exact_phrase > 1.0 and any(_contains_phrase(text, phrase) for text in fields):
+    if (query_terms.phrase is not None and settings.exact_phrase > 1.0
+            and any(_contains_phrase(text, query_terms) for text in fields)):
         reasons.append("exact_phrase")
         return settings.exact_phrase
     if settings.prefix > 1.0 and any(_opens_with(text, words) for text in fields):
@@ -210,9 +212,12 @@ def _exactness(query_terms: QueryTerms, candidate: Candidate, settings: BoostSet
     return 1.0
 
 
-def _contains_phrase(text: str, phrase: re.Pattern[str]) -> bool:
+def _contains_phrase(text: str, query_terms: QueryTerms) -> bool:
     """Whether the phrase occurs in ``text`` starting at a word boundary ("old chunks" is not in "bold chunks")."""
     folded = text.casefold()
+    if query_terms.phrase is None or not all(word in folded for word in query_terms.words):
+        return False
+    phrase = re.compile(query_terms.phrase)  # the re module keeps it for the query's other candidates
     match = phrase.search(folded)
     while match is not None:
         start = match.start()

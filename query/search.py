@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -226,16 +226,17 @@ class SearchService:
     def _keyword_leg(self, query: str, request: SearchRequest, limit: int) -> _Leg:
         """Every shard's share of the zone's statistics, summed; then every shard's search with them, merged.
 
-        ``ms`` covers the whole leg, statistics included.
+        Runs in one thread, shard after shard: each step is a few hundred microseconds of numpy holding the
+        GIL, and spreading them over the shard threads measured no faster (100,000 chunks, 4 shards, 2
+        cores), only more hand-offs. ``ms`` covers the whole leg.
         """
         t = time.perf_counter()
-        parts = [self._pool.submit(shard.keyword_stats, query, zone=request.zone) for shard in self._shards]
-        stats = combine(part.result() for part in parts)
-        searches = [
-            (shard.shard, self._pool.submit(_timed, shard.keyword, query, request, limit, stats=stats))
-            for shard in self._shards
-        ]
-        return replace(_merge(searches, limit), ms=_ms(t))
+        stats = combine(shard.keyword_stats(query, zone=request.zone) for shard in self._shards)
+        merged: list[tuple[int, LegHit]] = []
+        for shard in self._shards:
+            hits, _ = _timed(shard.keyword, query, request, limit, stats=stats)
+            merged.extend((shard.shard, hit) for hit in hits)
+        return _Leg(hits=_best(merged, limit), ms=_ms(t))
 
     def _submit_vector(
         self, embedding: npt.NDArray[np.float32], request: SearchRequest, limit: int
@@ -346,8 +347,12 @@ def _merge(futures: list[tuple[int, Future[tuple[list[LegHit], float]]]], limit:
         hits, ms = future.result()
         slowest = max(slowest, ms)
         merged.extend((shard, hit) for hit in hits)
+    return _Leg(hits=_best(merged, limit), ms=slowest)
+
+
+def _best(merged: list[tuple[int, LegHit]], limit: int) -> list[tuple[int, LegHit]]:
     merged.sort(key=lambda item: (-item[1].score, item[1].chunk_id))
-    return _Leg(hits=merged[:limit], ms=slowest)
+    return merged[:limit]
 
 
 def _ms(since: float) -> float:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pipeline.errors import StoreUnavailableError
@@ -62,3 +65,46 @@ def pooled_connection(
             yield conn
     except (psycopg.OperationalError, PoolTimeout) as exc:
         raise StoreUnavailableError(f"{what} database unavailable: {exc}") from exc
+
+
+@contextmanager
+def reading_connection(
+    pool: ConnectionPool[psycopg.Connection[Any]], *, what: str
+) -> Iterator[psycopg.Connection[Any]]:
+    """A pooled connection in autocommit mode, for reads that are one statement each: no ``BEGIN`` and
+    ``COMMIT`` round trips around them (a search's vector leg went from four round trips to one).
+
+    Several statements on it do not share a snapshot; use ``conn.transaction()`` where they must. It goes
+    back to the pool out of autocommit, as every other user of the pool expects; a connection left in any
+    other state than idle is closed, and the pool replaces it.
+    """
+    with pooled_connection(pool, what=what) as conn:
+        conn.autocommit = True
+        try:
+            yield conn
+        finally:
+            if conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                conn.autocommit = False
+            else:
+                conn.close()
+
+
+# Session settings each pooled connection holds (kept by connection, forgotten with it): a search sets
+# ``hnsw.ef_search`` on a connection once, not in a transaction of its own on every query.
+_session_values: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, str]] = weakref.WeakKeyDictionary()
+_session_lock = threading.Lock()
+
+
+def use_session_setting(conn: psycopg.Connection[Any], name: str, value: str) -> None:
+    """Make ``conn``'s session setting ``name`` hold ``value``: a round trip only when it does not yet.
+
+    For autocommit connections (:func:`reading_connection`): inside a transaction that rolls back, the
+    setting would be undone behind this record's back.
+    """
+    with _session_lock:
+        held = _session_values.setdefault(conn, {})
+        if held.get(name) == value:
+            return
+    conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+    with _session_lock:
+        held[name] = value

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from pipeline.store import vector_index
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
-from pipeline.store.connections import pooled_connection
+from pipeline.store.connections import pooled_connection, reading_connection, use_session_setting
 from pipeline.store.filters import ChunkFilter
 from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
 from pipeline.store.schema import ensure_shard_schema, shard_schema
@@ -291,8 +291,10 @@ class ShardStore:
             "ORDER BY embedding <=> %s LIMIT %s"
         ).format(s=self._schema, c=conditions)
         params = [embedding, zone, *condition_params, embedding, limit]
-        with self._connection() as conn, conn.transaction():
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(ef_search, limit)),))
+        # One round trip: autocommit, ef_search held by the connection's session, the statement prepared by
+        # psycopg after its first few runs.
+        with self._reading() as conn:
+            use_session_setting(conn, "hnsw.ef_search", str(max(ef_search, limit)))
             rows = conn.execute(query, params).fetchall()
             if len(rows) < limit:
                 available = conn.execute(
@@ -302,14 +304,16 @@ class ShardStore:
                     [zone, *condition_params, limit],
                 ).fetchone()
                 if available is not None and int(available[0]) > len(rows):
-                    conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
-                    rows = conn.execute(query, params).fetchall()
+                    with conn.transaction():
+                        conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
+                        # Not prepared: a plan made without the index must never be kept for later searches.
+                        rows = conn.execute(query, params, prepare=False).fetchall()
         return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows]
 
     def matching_chunk_ids(self, *, zone: str, where: ChunkFilter) -> frozenset[str]:
         """Ids of the zone's chunks that pass ``where`` (the keyword leg masks its index with them)."""
         conditions, params = where.sql()
-        with self._connection() as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 sql.SQL("SELECT chunk_id FROM {s}.chunks WHERE zone = %s{c}").format(s=self._schema, c=conditions),
                 [zone, *params],
@@ -321,7 +325,7 @@ class ShardStore:
         BM25 generation that returned them was built) are simply absent."""
         if not chunk_ids:
             return {}
-        with self._connection() as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 sql.SQL("SELECT {cols} FROM {s}.chunks WHERE chunk_id = ANY(%s) AND zone = %s").format(
                     cols=_RECORD_COLUMNS, s=self._schema
@@ -386,3 +390,6 @@ class ShardStore:
 
     def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
         return pooled_connection(self.pool, what=f"shard {self.shard}")
+
+    def _reading(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return reading_connection(self.pool, what=f"shard {self.shard}")

@@ -15,7 +15,12 @@ computed, as a first-time query is), hybrid mode, k = 10, default fusion:
 - RPC: the ``shardfuse.search`` task through the broker (``SearchClient``, as ``Stack.search`` uses it);
 - QPS: the same 1,000 queries sent by 4 client threads at the query worker, which runs 2 threads;
 - memory: peak RSS (``VmHWM``) of the query worker process with every shard loaded (bm25s mmaps its index,
-  so file-backed pages are shared with the page cache: ``RssFile``) and of the embed worker.
+  so file-backed pages are shared with the page cache: ``RssFile``) and of the embed worker;
+- the price of the vector leg's ``ef_search``: in-process latency again with ``ef_search`` at
+  ``LOW_EF_SEARCH`` (pgvector's own default) beside the configured one, and for ``RECALL_QUERIES`` queries
+  each shard's HNSW top 10 against its exact top 10 (a sequential scan) at both settings;
+- where the CPU goes: per query, this process's CPU time and PostgreSQL's (every server process), so the
+  latency can be set against what two cores can do.
 
 Goals: in-process p50 <= 10 ms, p99 <= 40 ms; RPC p50 <= 20 ms, p99 <= 50 ms. Printed beside the figures,
 not asserted (timings on a shared machine are noisy). The last line is JSON.
@@ -23,6 +28,7 @@ not asserted (timings on a shared machine are noisy). The last line is JSON.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -31,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import pytest
 
@@ -45,6 +52,8 @@ QUERIES = 1000
 WARM_QUERIES = 100
 QUERY_THREADS = 2
 CLIENT_THREADS = 4
+LOW_EF_SEARCH = 40
+RECALL_QUERIES = 50
 ZONE = "bench"
 GOALS = {"inprocess_p50_ms": 10.0, "inprocess_p99_ms": 40.0, "rpc_p50_ms": 20.0, "rpc_p99_ms": 50.0}
 # The 100,000-chunk load alone takes minutes; the plugin's default 600 s would cut the run short.
@@ -86,17 +95,24 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
             for query in warm:  # maps every shard, warms PostgreSQL's buffers and both processes' code paths
                 in_process(query)
                 rpc(query)
+            cpu_before = _cpu_seconds()
             local_s, local_answers = _timed(in_process, timed)
+            cpu = {name: round((after - before) / len(timed) * 1000, 2)
+                   for (name, before), after in zip(cpu_before.items(), _cpu_seconds().values(), strict=True)}
             rpc_s, rpc_answers = _timed(rpc, timed)
             assert all(a["results"] for a in local_answers), "a query found nothing"
             rpc_qps = _throughput(lambda: SearchClient(settings), timed)
             local_qps = _local_throughput(in_process, timed)
             memory = {name: _memory(comp.pid) for name, comp in stack.state.components.items()
                       if name in ("worker-query", "worker-embed")}
+            low_ef_s = _timed_with_ef(settings, LOW_EF_SEARCH, timed)
+            recall = {ef: _vector_recall(runtime, ef, queries[:RECALL_QUERIES])
+                      for ef in (settings.query.hnsw_ef_search, LOW_EF_SEARCH)}
         finally:
             runtime.close()
 
-    local, remote = scale.summary_ms(local_s), scale.summary_ms(rpc_s)
+    local, remote, low_ef = scale.summary_ms(local_s), scale.summary_ms(rpc_s), scale.summary_ms(low_ef_s)
+    ef_search = settings.query.hnsw_ef_search
     stages = {stage: _stage_p50(local_answers, stage) for stage in STAGES}
     server = {stage: _stage_p50(rpc_answers, stage) for stage in STAGES}
     figures: dict[str, Any] = {
@@ -106,7 +122,11 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
         "rpc_qps": round(rpc_qps, 1), "inprocess_qps_2_threads": round(local_qps, 1),
         "query_threads": QUERY_THREADS, "client_threads": CLIENT_THREADS,
         "inprocess_stage_p50_ms": stages, "rpc_server_stage_p50_ms": server,
-        "memory_mb": memory, "goals": GOALS,
+        "memory_mb": memory, "goals": GOALS, "ef_search": ef_search,
+        f"inprocess_ef{LOW_EF_SEARCH}_p50_ms": low_ef["p50_ms"],
+        f"inprocess_ef{LOW_EF_SEARCH}_p99_ms": low_ef["p99_ms"],
+        "vector_recall_at_10": {str(ef): value for ef, value in recall.items()},
+        "cpu_ms_per_query": cpu,
         "met": {name: figure_met for name, figure_met in _met(local, remote).items()},
     }
     rows: list[list[Any]] = [
@@ -117,6 +137,12 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
          f"<= {GOALS['rpc_p50_ms']:g} / <= {GOALS['rpc_p99_ms']:g}", _verdict(figures["met"], "rpc")],
         [f"RPC QPS ({QUERY_THREADS} worker threads, {CLIENT_THREADS} clients)", f"{rpc_qps:.1f}", "", ""],
         [f"in-process QPS ({QUERY_THREADS} threads)", f"{local_qps:.1f}", "", ""],
+        [f"in-process p50 / p99 at ef_search {LOW_EF_SEARCH} (ms)", f"{low_ef['p50_ms']:.2f} / {low_ef['p99_ms']:.2f}",
+         "", ""],
+        [f"vector recall@10 vs exact, ef_search {ef_search} / {LOW_EF_SEARCH}",
+         f"{recall[ef_search]:.3f} / {recall[LOW_EF_SEARCH]:.3f}", "", ""],
+        ["CPU per in-process query (ms): this process / PostgreSQL",
+         f"{cpu['client']:.2f} / {cpu['postgres']:.2f} (2 cores: {os.cpu_count()})", "", ""],
         ["stage p50 in-process (ms)", " ".join(f"{k}={v}" for k, v in stages.items()), "", ""],
         ["stage p50 in the worker (ms)", " ".join(f"{k}={v}" for k, v in server.items()), "", ""],
     ]
@@ -134,6 +160,62 @@ def _timed(fn: Callable[[str], dict[str, Any]], queries: Sequence[str]) -> tuple
         answers.append(fn(query))
         seconds.append(time.perf_counter() - started)
     return seconds, answers
+
+
+def _timed_with_ef(settings: Any, ef_search: int, queries: Sequence[str]) -> list[float]:
+    """In-process latencies of a second searcher, identical but for ``ef_search``."""
+    changed = settings.model_copy(update={"query": settings.query.model_copy(update={"hnsw_ef_search": ef_search})})
+    runtime = WorkerRuntime(changed)
+    try:
+        service = runtime.searcher
+        fusion, alpha = changed.query.fusion_defaults(ZONE)
+
+        def search(query: str) -> dict[str, Any]:
+            request = SearchRequest.parse(query=query, zone=ZONE, k=10, mode="hybrid", fusion=fusion, alpha=alpha,
+                                          max_k=changed.query.max_k)
+            return service.search(request, use_cache=False)
+
+        for query in queries[:WARM_QUERIES]:
+            search(query)
+        return _timed(search, queries)[0]
+    finally:
+        runtime.close()
+
+
+def _vector_recall(runtime: WorkerRuntime, ef_search: int, queries: Sequence[str]) -> float:
+    """Mean share of each shard's exact 10 nearest chunks that its HNSW search at ``ef_search`` returns."""
+    found, wanted = 0, 0
+    for query in queries:
+        embedding = np.asarray(runtime.embedder.embed_query(query), dtype=np.float32)
+        for store in runtime.stores:
+            approximate = {h.chunk_id for h in store.vector_search(embedding, zone=ZONE, limit=10,
+                                                                    ef_search=ef_search)}
+            exact = _exact_nearest(store, embedding, 10)
+            found += len(approximate & exact)
+            wanted += len(exact)
+    return round(found / max(1, wanted), 3)
+
+
+def _exact_nearest(store: Any, embedding: Any, limit: int) -> set[str]:
+    with store.pool.connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")
+        rows = conn.execute(
+            f"SELECT chunk_id FROM shard_{store.shard}.chunks WHERE zone = %s ORDER BY embedding <=> %s LIMIT %s",
+            (ZONE, embedding, limit), prepare=False,
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def _cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of this process and of every PostgreSQL server process."""
+    own = psutil.Process().cpu_times()
+    postgres = 0.0
+    for proc in psutil.process_iter(["name"]):
+        with contextlib.suppress(psutil.Error):
+            if (proc.info["name"] or "").startswith("postgres"):
+                times = proc.cpu_times()
+                postgres += times.user + times.system
+    return {"client": own.user + own.system, "postgres": postgres}
 
 
 def _throughput(make_client: Callable[[], SearchClient], queries: Sequence[str]) -> float:

@@ -15,6 +15,7 @@ from pipeline.errors import ConfigurationError
 from pipeline.events import Op, WriteEvent
 from pipeline.models import Chunk, chunk_id
 from pipeline.store import DocStatus, DocumentChange, ShardStore
+from pipeline.store.connections import open_pool
 from pipeline.symbols import extract_symbols, language_for
 from tests.integration.conftest import Stack, scratch_store
 
@@ -149,6 +150,27 @@ def test_vector_search_is_zone_filtered_and_exact_when_hnsw_comes_back_short(sto
     assert store.fetch_chunks([h.chunk_id for h in hits], zone="big") == {}
     scores = [h.score for h in hits]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_searches_set_ef_search_on_their_connection_and_hand_it_back_ready_for_writes(store: ShardStore) -> None:
+    """Searches run in autocommit with ``hnsw.ef_search`` held by the connection's session: each search gets
+    the ef_search it asks for (at least its limit), and the connection goes back to the pool out of
+    autocommit, so a writer's statements still share one transaction."""
+    store.apply([_write(f"d{i}", 1, [f"words number {i}"]) for i in range(50)])
+    query = EMBED.embed_query("words")
+    with open_pool(str(store.pool.conninfo), min_size=1, max_size=1) as pool:  # one connection: the searched one
+        single = ShardStore(pool, 0, dimensions=DIM)
+        for ef_search, limit, expected in ((77, 10, "77"), (77, 120, "120"), (33, 5, "33")):
+            assert len(single.vector_search(query, zone="z", limit=limit, ef_search=ef_search)) == min(limit, 50)
+            with pool.connection() as conn:
+                assert not conn.autocommit
+                assert conn.execute("SHOW hnsw.ef_search").fetchone() == (expected,)
+        assert single.fetch_chunks([chunk_id("z", "d1", 1, 0)], zone="z")
+        with pool.connection() as conn:
+            assert not conn.autocommit
+            conn.execute("CREATE TEMP TABLE t (x int)")
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            conn.rollback()
 
 
 def test_schema_built_for_other_dimensions_is_refused(store: ShardStore) -> None:
