@@ -35,7 +35,7 @@ def assert_unit_rows(vectors: np.ndarray, n: int, dimensions: int) -> None:
 
 def test_hashing_shapes_dtype_and_norms() -> None:
     embedder: Embedder = HashingEmbedder(64)
-    assert (embedder.name, embedder.dimensions) == ("hashing:v1:64", 64)
+    assert (embedder.name, embedder.dimensions) == ("hashing:v2:64", 64)
     texts = ["alpha beta", "Gamma, delta!", "日本語 テキスト", "x"]
     assert_unit_rows(embedder.embed_documents(texts), len(texts), 64)
     query = embedder.embed_query("alpha")
@@ -270,3 +270,46 @@ def test_onnx_runtime_falls_back_to_torch_without_onnxruntime(
     embedder = LocalEmbedder(runtime="onnx", cache_dir=tmp_path)
     assert embedder.runtime == "torch" and "running the model with torch" in caplog.text
     assert embedder.embed_query("still works").shape == (384,)
+
+
+def _hashing_reference(text: str, dimensions: int) -> np.ndarray:
+    """The hashing embedder's definition, feature by feature in Python integers (``hashing:v2``)."""
+    import hashlib
+    import re
+
+    mask = (1 << 64) - 1
+
+    def digest(word: str) -> int:
+        return int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "big")
+
+    def bigram(a: int, b: int) -> int:
+        z = ((a * 0x9E3779B97F4A7C15) & mask) ^ b
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    vector = np.zeros(dimensions, dtype=np.float64)
+    words = [digest(w) for w in re.findall(r"\w+", text.lower())]
+    features = [(d, 1.0) for d in words] + [(bigram(a, b), 0.5) for a, b in zip(words, words[1:], strict=False)]
+    for feature, weight in features:
+        vector[(feature & ((1 << 63) - 1)) % dimensions] += (-1.0 if feature >> 63 else 1.0) * weight
+    norm = float(np.linalg.norm(vector))
+    if norm == 0.0:
+        return np.full(dimensions, 1.0 / np.sqrt(dimensions), dtype=np.float32)
+    return (vector / norm).astype(np.float32)
+
+
+def test_hashing_vectors_are_bit_for_bit_those_of_the_definition_also_once_its_cache_is_cleared(monkeypatch) -> None:
+    """Vectors are cached and compared across processes: the vectorised path (remembered word digests,
+    bigram digests in numpy, one bincount) must give exactly what the feature-by-feature definition gives."""
+    import pipeline.embeddings.hashing as hashing
+
+    monkeypatch.setattr(hashing, "WORD_CACHE_SIZE", 16)  # cleared many times below
+    texts = ["", "!!! ???", "one", "the the the the", "Über café naïve — déjà vu", "x " * 300,
+             "def parse_event(raw):\n    return Event(**json.loads(raw))\n" * 20]
+    for dimensions in (8, 64, 384):
+        embedder = HashingEmbedder(dimensions)
+        got = embedder.embed_documents(texts)
+        for text, row in zip(texts, got, strict=True):
+            assert np.array_equal(row, _hashing_reference(text, dimensions)), (dimensions, text[:20])
+        assert np.array_equal(embedder.embed_query(texts[4]), _hashing_reference(texts[4], dimensions))
