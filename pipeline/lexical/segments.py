@@ -97,6 +97,11 @@ class Generation:
         positions = Positions(delta.chunk_ids) if delta is not None else None
         return replace(self, key=key, manifest=manifest, delta=delta, delta_positions=positions)
 
+    def _whole_shard(self, code: int) -> bool:
+        """Whether zone ``code`` holds every row of the generation (one zone per shard, the common case):
+        its mask is all ones, and counting its rows in a posting list is the list's length."""
+        return self.zone_codes is not None and self.zone_sizes.get(code, -1) == len(self.zone_codes)
+
     def _base_df(self, token: str, code: int | None) -> tuple[int, int]:
         """(rows of zone ``code`` — every zone when None — holding ``token``, of them masked by the delta)."""
         if self.retriever is None or self.zone_codes is None:
@@ -106,7 +111,10 @@ class Generation:
             return 0, 0
         indptr, indices = self.retriever.scores["indptr"], self.retriever.scores["indices"]
         docs = indices[indptr[token_id] : indptr[token_id + 1]]
-        df = len(docs) if code is None else int(np.count_nonzero(self.zone_codes[docs] == code))
+        if code is None or self._whole_shard(code):
+            df = len(docs)
+        else:
+            df = int(np.count_nonzero(self.zone_codes[docs] == code))
         masked = self.delta.masked_df(docs, base_code=code) if self.delta is not None else 0
         return df, masked
 
@@ -171,16 +179,20 @@ class Generation:
         # Only the zone's own documents can score above zero under its mask, so asking for more than the
         # zone holds is wasted sorting.
         top = min(k, self.zone_sizes[code])
-        mask = self.masks.get(code)
         if allowed is not None and self.positions is not None:
             # A filter narrows the mask itself, before the top-k cut: the zone's best *matching* chunks.
+            mask = self.masks.get(code)
             keep = self.positions.of(allowed)
             narrowed = np.zeros_like(mask)
             narrowed[keep] = mask[keep]
-            mask, top = narrowed, min(top, len(keep))
+            top = min(top, len(keep))
             if top == 0:
                 return []
-        scores = self._scores(weights) * mask
+            scores = self._scores(weights) * narrowed
+        elif self._whole_shard(code):
+            scores = self._scores(weights)  # the zone's mask is all ones
+        else:
+            scores = self._scores(weights) * self.masks.get(code)
         if self.delta is not None and self.delta.masked_rows.size:
             # Rows of documents rewritten or deleted since the generation: the delta holds what is current.
             scores[self.delta.masked_rows] = 0.0
