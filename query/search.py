@@ -234,7 +234,7 @@ class SearchService:
         stats = combine(shard.keyword_stats(query, zone=request.zone) for shard in self._shards)
         merged: list[tuple[int, LegHit]] = []
         for shard in self._shards:
-            hits, _ = _timed(shard.keyword, query, request, limit, stats=stats)
+            hits = shard.keyword(query, zone=request.zone, limit=limit, where=request.where or None, stats=stats)
             merged.extend((shard.shard, hit) for hit in hits)
         return _Leg(hits=_best(merged, limit), ms=_ms(t))
 

@@ -69,7 +69,7 @@ def test_our_bm25_leg_against_rank_bm25() -> None:
 
         for query in queries[:20]:
             ours(query)  # warm: page in the mapped index
-        ours_s, ours_top = _timed(ours, queries)
+        ours_s, ours_top = scale.timed(ours, queries)
 
     t = time.perf_counter()
     plain = BM25Okapi([tokenizer(text) for text in texts], k1=k1, b=b)
@@ -80,7 +80,7 @@ def test_our_bm25_leg_against_rank_bm25() -> None:
         best = np.argpartition(scores, len(scores) - K)[len(scores) - K:]
         return [int(i) for i in sorted(best.tolist(), key=lambda i: (-scores[i], i)) if scores[i] > 0]
 
-    theirs_s, theirs_top = _timed(theirs, queries[:BASELINE_QUERIES])
+    theirs_s, theirs_top = scale.timed(theirs, queries[:BASELINE_QUERIES])
     compared = len(theirs_s)
     ours_all_ms = scale.summary_ms(ours_s)
     ours_s, ours_top = ours_s[:compared], ours_top[:compared]
@@ -114,13 +114,3 @@ def test_our_bm25_leg_against_rank_bm25() -> None:
          f"top-1 agreement {top1:.1%}"],
     ]
     scale.report("bm25", ["engine", "p50 ms", "p99 ms", "build s"], rows, figures)
-
-
-def _timed(fn: object, queries: list[str]) -> tuple[list[float], list[list[int]]]:
-    assert callable(fn)
-    seconds, tops = [], []
-    for query in queries:
-        started = time.perf_counter()
-        tops.append(fn(query))
-        seconds.append(time.perf_counter() - started)
-    return seconds, tops

@@ -96,10 +96,10 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
                 in_process(query)
                 rpc(query)
             cpu_before = _cpu_seconds()
-            local_s, local_answers = _timed(in_process, timed)
+            local_s, local_answers = scale.timed(in_process, timed)
             cpu = {name: round((after - before) / len(timed) * 1000, 2)
                    for (name, before), after in zip(cpu_before.items(), _cpu_seconds().values(), strict=True)}
-            rpc_s, rpc_answers = _timed(rpc, timed)
+            rpc_s, rpc_answers = scale.timed(rpc, timed)
             assert all(a["results"] for a in local_answers), "a query found nothing"
             rpc_qps = _throughput(lambda: SearchClient(settings), timed)
             local_qps = _local_throughput(in_process, timed)
@@ -153,15 +153,6 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
     scale.report("query", ["measure", "figure", "goal", "met"], rows, figures)
 
 
-def _timed(fn: Callable[[str], dict[str, Any]], queries: Sequence[str]) -> tuple[list[float], list[dict[str, Any]]]:
-    seconds, answers = [], []
-    for query in queries:
-        started = time.perf_counter()
-        answers.append(fn(query))
-        seconds.append(time.perf_counter() - started)
-    return seconds, answers
-
-
 def _timed_with_ef(settings: Any, ef_search: int, queries: Sequence[str]) -> list[float]:
     """In-process latencies of a second searcher, identical but for ``ef_search``."""
     changed = settings.model_copy(update={"query": settings.query.model_copy(update={"hnsw_ef_search": ef_search})})
@@ -177,7 +168,7 @@ def _timed_with_ef(settings: Any, ef_search: int, queries: Sequence[str]) -> lis
 
         for query in queries[:WARM_QUERIES]:
             search(query)
-        return _timed(search, queries)[0]
+        return scale.timed(search, queries)[0]
     finally:
         runtime.close()
 

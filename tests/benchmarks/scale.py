@@ -12,10 +12,10 @@ import contextlib
 import json
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -114,6 +114,19 @@ def percentile(values: Sequence[float], q: float) -> float:
         return float("nan")
     rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
     return ordered[rank]
+
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[str], T], queries: Sequence[str]) -> tuple[list[float], list[T]]:
+    """``fn`` on each query in turn: the seconds each call took, and what each returned."""
+    seconds, answers = [], []
+    for query in queries:
+        started = time.perf_counter()
+        answers.append(fn(query))
+        seconds.append(time.perf_counter() - started)
+    return seconds, answers
 
 
 def summary_ms(seconds: Sequence[float]) -> dict[str, float]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import pathlib
-import pickle
 import subprocess
 import sys
 import time
@@ -234,28 +232,18 @@ def test_explain_chunks_and_dead_letters_keep_zones_apart(stack: Stack, tmp_path
     stack.cli("deadletters", "purge", "--zone", zones[0], "--yes")
 
 
-# The content type the forged message claims: anything but JSON. The app accepts JSON only (no serializer
-# setting anywhere names another), and this test proves that a message claiming anything else is refused
-# unread, its live pickled body never loaded.
-FORGED_CONTENT_TYPE = "application/octet-stream"
+# The content type the forged messages claim: YAML, which Celery can decode (JSON text is valid YAML) but
+# which the app does not accept. Were any type but JSON accepted, these messages would run.
+FORGED_CONTENT_TYPE = "application/x-yaml"
+ZONE_FORGED = "sec-forged"
 
 
-class _TouchOnLoad:
-    """Unpickling this creates ``path``: proof of code run by a deserializer."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (pathlib.Path.touch, (pathlib.Path(self.path),))
-
-
-def _forged_envelope(body: bytes, queue: str, task: str | None) -> dict[str, Any]:
-    """A message as kombu's Redis transport stores it, whose body is a pickle declared as non-JSON content."""
+def _envelope(body: bytes, queue: str, task: str | None, *, content_type: str) -> dict[str, Any]:
+    """A message as kombu's Redis transport stores it."""
     return {
         "body": base64.b64encode(body).decode("ascii"),
-        "content-encoding": "binary",
-        "content-type": FORGED_CONTENT_TYPE,
+        "content-encoding": "utf-8",
+        "content-type": content_type,
         "headers": _task_headers(task) if task else {},
         "properties": {"delivery_mode": 2, "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
                        "body_encoding": "base64", "delivery_tag": str(uuid.uuid4())},
@@ -269,38 +257,49 @@ def _task_headers(task: str) -> dict[str, Any]:
             "kwargsrepr": "{}", "origin": "test_security"}
 
 
-def test_a_pickled_message_is_rejected_and_never_run(stack: Stack) -> None:
+def _ingest_body(settings: Settings, name: str) -> bytes:
+    """The JSON body of an ingest task for a document of its own, holding the word ``<name>term``."""
+    from pipeline.cas import LocalContentStore
+    from pipeline.events import Op, WriteEvent
+
+    data = f"a document only a {name}term message would index".encode()
+    digest = LocalContentStore(settings.cas_root).put(data)
+    event = WriteEvent(op=Op.WRITE, zone=ZONE_FORGED, path=f"{name}.txt", content_hash=digest, size=len(data),
+                       seq=time.time_ns())
+    return json.dumps([[], {"event": event.model_dump(mode="json")}, {}]).encode()
+
+
+def test_a_message_that_is_not_json_is_refused_and_never_run(stack: Stack) -> None:
     from workers import monitor
     from workers.names import Queue, Task
     from workers.stack.layout import StackLayout
 
-    markers = stack.settings.data_path / f"pickle-markers-{uuid.uuid4().hex[:8]}"
-    markers.mkdir()
-    # The payload is live: loading it here creates its marker.
-    pickle.loads(pickle.dumps(_TouchOnLoad(markers / "control")))
-    assert (markers / "control").exists()
-
     before = {name: comp.pid for name, comp in stack.state.components.items()}
-    sends = [  # (queue, task header or None for a message without Celery's headers, marker)
-        (Queue.INGEST, Task.INGEST, "ingest"), (Queue.INGEST, None, "ingest-headerless"),
+    sends = [  # (queue, task header or None for a message without Celery's headers, name)
+        (Queue.INGEST, Task.INGEST, "ingest"), (Queue.INGEST, None, "headerless"),
         (Queue.EMBED, Task.EMBED, "embed"), (Queue.QUERY, Task.SEARCH, "query"),
     ]
     # What an attacker with access to the broker does: push a forged envelope straight onto the queue list
-    # (kombu's Redis layout), its body a pickle. No producer of ours is ever set up to send anything but JSON.
+    # (kombu's Redis layout). The control is the same kind of envelope declared as JSON: it is live, and runs.
     client = monitor.broker_client(stack.settings)
     try:
+        control = _envelope(_ingest_body(stack.settings, "control"), Queue.INGEST.value, Task.INGEST.value,
+                            content_type="application/json")
+        client.lpush(Queue.INGEST.value, json.dumps(control))
         for queue, task, name in sends:
-            body = pickle.dumps(((), {"event": _TouchOnLoad(markers / name)}, {}))
-            client.lpush(queue.value, json.dumps(_forged_envelope(body, queue.value, task.value if task else None)))
+            forged = _envelope(_ingest_body(stack.settings, name), queue.value, task.value if task else None,
+                               content_type=FORGED_CONTENT_TYPE)
+            client.lpush(queue.value, json.dumps(forged))
     finally:
         client.close()
     with stack.publisher() as publisher:  # a good event behind the bad ones
         publisher.write(zone="sec-json", path="fine.txt", data=b"a healthy jsononlyterm document")
     stack.wait()  # ingest, embed and maintenance hold nothing waiting or in flight
-
     assert [hit["path"] for hit in stack.search("jsononlyterm", "sec-json", mode="keyword")["results"]] == [
         "fine.txt"]
-    assert sorted(p.name for p in markers.iterdir()) == ["control"]  # nothing was unpickled
+    found = {name: [hit["path"] for hit in stack.search(f"{name}term", ZONE_FORGED, mode="keyword")["results"]]
+             for name in ("control", *(name for _, _, name in sends))}
+    assert found == {"control": ["control.txt"], **{name: [] for _, _, name in sends}}  # only the JSON one ran
     client = monitor.broker_client(stack.settings)
     try:
         assert monitor.queue_depths(client)[Queue.QUERY.value] == 0

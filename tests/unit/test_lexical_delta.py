@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import numpy as np
@@ -34,6 +35,21 @@ def _shard() -> MemoryShard:
 
 def _scores(reader: LexicalShardReader, query: str, zone: str = "z") -> dict[str, float]:
     return {h.chunk_id.split("#")[0]: h.score for h in reader.search(query, zone=zone, k=10)}
+
+
+def _built(root: Path, shard: MemoryShard, **options: Any) -> tuple[Bm25Freshness, Any]:
+    """The shard's first full build under ``root``: its freshness record and the indexer that built it."""
+    freshness = Bm25Freshness(fakeredis.FakeRedis())
+    job = indexer(root, shard, freshness, **options)
+    freshness.mark_dirty(0, [])
+    job.update()
+    return freshness, job
+
+
+def _written(shard: MemoryShard, freshness: Bm25Freshness, path: str, text: str) -> None:
+    """A committed write of ``path``: the shard holds it and the freshness record names it."""
+    shard.write("z", path, text)
+    freshness.mark_dirty(0, [("z", path)])
 
 
 def test_doc_keys_find_rows_by_binary_search() -> None:
@@ -99,10 +115,7 @@ def test_delta_scores_equal_a_full_build(tmp_path: Path) -> None:
     re-indexed unchanged in the delta scores what it scored in the base, and the scores after a change
     match a full build of the same content (up to the average length, equal here)."""
     shard = _shard()
-    freshness = Bm25Freshness(fakeredis.FakeRedis())
-    job = indexer(tmp_path / "inc", shard, freshness)
-    freshness.mark_dirty(0, [])
-    job.update()
+    freshness, job = _built(tmp_path / "inc", shard)
     reader = LexicalShardReader(tmp_path / "inc", 0)
     before = _scores(reader, "orchard harvest trees")
     freshness.mark_dirty(0, [("z", "a.txt"), ("z", "d.txt")])  # touched, content unchanged
@@ -115,8 +128,7 @@ def test_delta_scores_equal_a_full_build(tmp_path: Path) -> None:
 
     # Swap a document for one of the same length: the average length is unchanged, so a full build of the
     # new content must give the same scores, with and without zone statistics.
-    shard.write("z", "b.txt", "orchard tree blossom in autumn")
-    freshness.mark_dirty(0, [("z", "b.txt")])
+    _written(shard, freshness, "b.txt", "orchard tree blossom in autumn")
     job.update()
     full = indexer(tmp_path / "full", shard)
     full.merge()
@@ -136,12 +148,8 @@ def test_delta_scores_equal_a_full_build(tmp_path: Path) -> None:
 
 def test_allowed_filter_applies_to_the_delta(tmp_path: Path) -> None:
     shard = _shard()
-    freshness = Bm25Freshness(fakeredis.FakeRedis())
-    job = indexer(tmp_path, shard, freshness)
-    freshness.mark_dirty(0, [])
-    job.update()
-    shard.write("z", "f.txt", "apple harvest festival")
-    freshness.mark_dirty(0, [("z", "f.txt")])
+    freshness, job = _built(tmp_path, shard)
+    _written(shard, freshness, "f.txt", "apple harvest festival")
     job.update()
     reader = LexicalShardReader(tmp_path, 0)
     new_id = shard.docs[("z", "f.txt")][0][0]
@@ -152,12 +160,8 @@ def test_allowed_filter_applies_to_the_delta(tmp_path: Path) -> None:
 
 def test_merge_folds_the_delta_and_catches_up_on_writes_during_the_build(tmp_path: Path) -> None:
     shard = _shard()
-    freshness = Bm25Freshness(fakeredis.FakeRedis())
-    job = indexer(tmp_path, shard, freshness)
-    freshness.mark_dirty(0, [])
-    job.update()
-    shard.write("z", "f.txt", "mango harvest")
-    freshness.mark_dirty(0, [("z", "f.txt")])
+    freshness, job = _built(tmp_path, shard)
+    _written(shard, freshness, "f.txt", "mango harvest")
     job.update()
 
     real_rows = shard.all_rows
@@ -181,24 +185,16 @@ def test_merge_folds_the_delta_and_catches_up_on_writes_during_the_build(tmp_pat
 
 def test_merge_is_due_when_the_delta_grows(tmp_path: Path) -> None:
     shard = _shard()
-    freshness = Bm25Freshness(fakeredis.FakeRedis())
-    job = indexer(tmp_path, shard, freshness, delta_max_chunks=1)
-    freshness.mark_dirty(0, [])
-    job.update()
-    shard.write("z", "f.txt", "one")
-    freshness.mark_dirty(0, [("z", "f.txt")])
+    freshness, job = _built(tmp_path, shard, delta_max_chunks=1)
+    _written(shard, freshness, "f.txt", "one")
     assert job.update()["merge_due"] is False
-    shard.write("z", "g.txt", "two")
-    freshness.mark_dirty(0, [("z", "g.txt")])
+    _written(shard, freshness, "g.txt", "two")
     assert job.update()["merge_due"] is True
 
 
 def test_untracked_write_and_old_generation_fall_back_to_a_merge(tmp_path: Path) -> None:
     shard = _shard()
-    freshness = Bm25Freshness(fakeredis.FakeRedis())
-    job = indexer(tmp_path, shard, freshness)
-    freshness.mark_dirty(0, [])
-    job.update()
+    freshness, job = _built(tmp_path, shard)
     freshness.mark_dirty(0)
     assert job.update()["kind"] == "merge"
     generation = read_manifest(tmp_path, 0)
@@ -210,10 +206,7 @@ def test_untracked_write_and_old_generation_fall_back_to_a_merge(tmp_path: Path)
 
 def test_old_manifests_parse_and_readers_refuse_a_foreign_delta(tmp_path: Path) -> None:
     shard = _shard()
-    freshness = Bm25Freshness(fakeredis.FakeRedis())
-    job = indexer(tmp_path, shard, freshness)
-    freshness.mark_dirty(0, [])
-    job.update()
+    freshness, job = _built(tmp_path, shard)
     path = tmp_path / "shard_0" / "MANIFEST.json"
     data = json.loads(path.read_text())
     for name in ("base_version", "delta", "delta_docs", "delta_masked", "delta_created_at"):
