@@ -73,6 +73,9 @@ class QueryTerms:
     # The pattern of the words with non-word runs between them (None under two words); compiled only for a
     # text that holds every word, which few candidates of a long query do.
     phrase: str | None = None
+    # Matches a case-folded text whose first words are the query's first ``_PREFIX_WORDS`` words, the last
+    # possibly unfinished (None for a query without words).
+    opening: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +118,15 @@ def prepare_query(query: str) -> QueryTerms:
     # Opens on the first word's literal, which the regex engine finds as fast as str.find; the word
     # boundary before it is checked per match (see _contains_phrase).
     phrase = r"\W+".join(re.escape(word) for word in words) + r"(?!\w)"
+    # _WORD's words: a leading non-word run skipped, whole words between non-word runs, the last word a prefix.
+    opening = r"\W*" + r"\W+".join(re.escape(word) for word in words[:_PREFIX_WORDS])
     return QueryTerms(
         query=query,
         terms=frozenset(terms),
         words=words,
         parts="_" + "_".join(parts) + "_",
         phrase=phrase if len(words) >= 2 else None,
+        opening=re.compile(opening) if words else None,
     )
 
 
@@ -176,12 +182,9 @@ def _field_factor(query_terms: QueryTerms, candidate: Candidate, settings: Boost
     if not query_terms.terms:
         return 1.0
     best, best_reason = 1.0, ""
-    for field in FIELDS:
-        weight: float = getattr(settings, field)
-        if weight <= 1.0:  # can never beat 1.0: skip the tokenizing
-            continue
+    for field, weight in _weighted_fields(settings):
         text = field_text(candidate, field)
-        if not text:
+        if not text or not _may_hold_terms(text, query_terms.terms):
             continue
         covered = query_terms.terms.intersection(_TOKENIZE(text))
         coverage = len(covered) / len(query_terms.terms)
@@ -193,28 +196,45 @@ def _field_factor(query_terms: QueryTerms, candidate: Candidate, settings: Boost
     return best
 
 
+def _weighted_fields(settings: BoostSettings) -> list[tuple[str, float]]:
+    """The fields whose weight can raise the factor above 1.0, heaviest (by default) first; a field of
+    weight 1.0 or less is never tokenized at all."""
+    return [(field, weight) for field in FIELDS if (weight := float(getattr(settings, field))) > 1.0]
+
+
+def _may_hold_terms(text: str, terms: frozenset[str]) -> bool:
+    """False only when no term can be among ``text``'s tokens, which saves tokenizing it.
+
+    Unstemmed tokens of an ASCII text are lower-cased pieces of it, so a term absent from the lower-cased
+    text cannot be a token. Other scripts' case mappings can change length, so they are always tokenized.
+    """
+    if not text.isascii():
+        return True
+    lowered = text.lower()
+    return any(term in lowered for term in terms)
+
+
 def _exactness(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings, reasons: list[str]) -> float:
-    words = query_terms.words
-    if not words:
+    if not query_terms.words:
         return 1.0
     fields = [
-        candidate.text,
-        _metadata_text(candidate.metadata.get("title")),
-        field_text(candidate, "filename"),
+        text.casefold()
+        for text in (candidate.text, _metadata_text(candidate.metadata.get("title")), field_text(candidate, "filename"))
+        if text
     ]
     if (query_terms.phrase is not None and settings.exact_phrase > 1.0
-            and any(_contains_phrase(text, query_terms) for text in fields)):
+            and any(_contains_phrase(folded, query_terms) for folded in fields)):
         reasons.append("exact_phrase")
         return settings.exact_phrase
-    if settings.prefix > 1.0 and any(_opens_with(text, words) for text in fields):
+    if settings.prefix > 1.0 and any(_opens_with(folded, query_terms) for folded in fields):
         reasons.append("prefix")
         return settings.prefix
     return 1.0
 
 
-def _contains_phrase(text: str, query_terms: QueryTerms) -> bool:
-    """Whether the phrase occurs in ``text`` starting at a word boundary ("old chunks" is not in "bold chunks")."""
-    folded = text.casefold()
+def _contains_phrase(folded: str, query_terms: QueryTerms) -> bool:
+    """Whether the phrase occurs in the case-folded ``folded`` starting at a word boundary ("old chunks" is not
+    in "bold chunks")."""
     if query_terms.phrase is None or not all(word in folded for word in query_terms.words):
         return False
     phrase = re.compile(query_terms.phrase)  # the re module keeps it for the query's other candidates
@@ -227,18 +247,10 @@ def _contains_phrase(text: str, query_terms: QueryTerms) -> bool:
     return False
 
 
-def _opens_with(text: str, query_words: tuple[str, ...]) -> bool:
-    """Whether ``text``'s first words are the query's first ``_PREFIX_WORDS`` (or only) words, the last of
-    them possibly unfinished in ``text``."""
-    needed = query_words[:_PREFIX_WORDS]
-    opening: list[str] = []
-    for match in _WORD.finditer(text):  # only the first few words: a long text is not scanned
-        opening.append(match.group().casefold())
-        if len(opening) == len(needed):
-            break
-    if len(opening) < len(needed):
-        return False
-    return opening[:-1] == list(needed[:-1]) and opening[-1].startswith(needed[-1])
+def _opens_with(folded: str, query_terms: QueryTerms) -> bool:
+    """Whether the case-folded ``folded``'s first words are the query's first ``_PREFIX_WORDS`` (or only)
+    words, the last of them possibly unfinished in the text."""
+    return query_terms.opening is not None and query_terms.opening.match(folded) is not None
 
 
 def _symbol_bonus(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings, reasons: list[str]) -> float:

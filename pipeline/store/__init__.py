@@ -5,7 +5,8 @@ from pipeline.store.connections import open_pool
 from pipeline.store.embedding_cache import CacheStats, ChunkEmbeddingCache, EmbeddingCache, MemoryEmbeddingCache
 from pipeline.store.filters import ChunkFilter
 from pipeline.store.pools import ShardPools
-from pipeline.store.shard_store import ChunkRecord, ShardStore, VectorHit
+from pipeline.store.reads import ChunkRecord, VectorHit
+from pipeline.store.shard_store import ShardStore
 
 __all__ = [
     "ApplyOutcome",

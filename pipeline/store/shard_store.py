@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -14,60 +13,14 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from pipeline.store import vector_index
+from pipeline.store import reads, vector_index
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
-from pipeline.store.connections import pooled_connection, reading_connection, use_session_setting
+from pipeline.store.connections import pooled_connection, reading_connection
 from pipeline.store.filters import ChunkFilter
+from pipeline.store.reads import ChunkRecord, VectorHit
 from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
 from pipeline.store.schema import ensure_shard_schema, shard_schema
 from pipeline.store.vector_index import BuildSettings
-from pipeline.symbols import ChunkSymbols
-
-
-@dataclass(frozen=True, slots=True)
-class VectorHit:
-    chunk_id: str
-    score: float
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRecord:
-    """A chunk as the query side shows it. ``metadata`` is its document's metadata (``{}`` when none);
-    ``symbols``/``primary_symbol``/``role`` are what it defines when it is code (see
-    :mod:`pipeline.symbols`), empty and None otherwise."""
-
-    chunk_id: str
-    zone: str
-    path: str
-    start_line: int
-    end_line: int
-    text: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-    symbols: tuple[str, ...] = ()
-    primary_symbol: str | None = None
-    role: str | None = None
-    language: str | None = None
-    heading_path: tuple[str, ...] = ()
-
-    @classmethod
-    def from_row(cls, row: Sequence[Any]) -> ChunkRecord:
-        """From a row of :data:`_RECORD_COLUMNS`."""
-        chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path = row
-        parsed = ChunkSymbols.from_json(symbols)
-        return cls(
-            chunk_id=chunk_id,
-            zone=zone,
-            path=path,
-            start_line=start_line,
-            end_line=end_line,
-            text=text,
-            metadata=metadata or {},
-            symbols=parsed.symbols,
-            primary_symbol=parsed.primary_symbol,
-            role=None if parsed.role is None else parsed.role.value,
-            language=language,
-            heading_path=tuple(heading_path or ()),
-        )
 
 
 def _newer(change: DocumentChange, stored_seq: int) -> bool:
@@ -82,10 +35,6 @@ def _fenced(change: DocumentChange, stored_fence: int) -> bool:
     refused (its writer's lease lapsed and another took over)."""
     return change.fence is not None and change.fence < stored_fence
 
-
-_RECORD_COLUMNS = sql.SQL(
-    "chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path"
-)
 
 
 # What BM25 indexes is what was embedded: the situating context, then the chunk.
@@ -278,47 +227,15 @@ class ShardStore:
         ef_search: int,
         where: ChunkFilter | None = None,
     ) -> list[VectorHit]:
-        """Nearest chunks of ``zone`` by cosine similarity, best first.
-
-        pgvector 0.6's HNSW scan filters by zone *after* the graph search, so a small zone inside a large
-        shard can come back short, and so can a filter (``where``) that few chunks match. When it does and
-        more chunks match than were returned, the query is re-run as an exact scan: correct results first,
-        speed second.
-        """
-        conditions, condition_params = (where or ChunkFilter()).sql()
-        query = sql.SQL(
-            "SELECT chunk_id, 1 - (embedding <=> %s) FROM {s}.chunks WHERE zone = %s{c} "
-            "ORDER BY embedding <=> %s LIMIT %s"
-        ).format(s=self._schema, c=conditions)
-        params = [embedding, zone, *condition_params, embedding, limit]
-        # One round trip: autocommit, ef_search held by the connection's session, the statement prepared by
-        # psycopg after its first few runs.
+        """Nearest chunks of ``zone`` by cosine similarity, best first (see :func:`reads.vector_search`)."""
         with self._reading() as conn:
-            use_session_setting(conn, "hnsw.ef_search", str(max(ef_search, limit)))
-            rows = conn.execute(query, params).fetchall()
-            if len(rows) < limit:
-                available = conn.execute(
-                    sql.SQL(
-                        "SELECT count(*) FROM (SELECT 1 FROM {s}.chunks WHERE zone = %s{c} LIMIT %s) t"
-                    ).format(s=self._schema, c=conditions),
-                    [zone, *condition_params, limit],
-                ).fetchone()
-                if available is not None and int(available[0]) > len(rows):
-                    with conn.transaction():
-                        conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
-                        # Not prepared: a plan made without the index must never be kept for later searches.
-                        rows = conn.execute(query, params, prepare=False).fetchall()
-        return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows]
+            return reads.vector_search(conn, self._schema, embedding, zone=zone, limit=limit, ef_search=ef_search,
+                                       where=where)
 
     def matching_chunk_ids(self, *, zone: str, where: ChunkFilter) -> frozenset[str]:
         """Ids of the zone's chunks that pass ``where`` (the keyword leg masks its index with them)."""
-        conditions, params = where.sql()
         with self._reading() as conn:
-            rows = conn.execute(
-                sql.SQL("SELECT chunk_id FROM {s}.chunks WHERE zone = %s{c}").format(s=self._schema, c=conditions),
-                [zone, *params],
-            ).fetchall()
-        return frozenset(r[0] for r in rows)
+            return reads.matching_chunk_ids(conn, self._schema, zone=zone, where=where)
 
     def fetch_chunks(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
         """Chunks by id, restricted to ``zone``. Ids of chunks that no longer exist (replaced since the
@@ -326,13 +243,7 @@ class ShardStore:
         if not chunk_ids:
             return {}
         with self._reading() as conn:
-            rows = conn.execute(
-                sql.SQL("SELECT {cols} FROM {s}.chunks WHERE chunk_id = ANY(%s) AND zone = %s").format(
-                    cols=_RECORD_COLUMNS, s=self._schema
-                ),
-                (list(chunk_ids), zone),
-            ).fetchall()
-        return {r[0]: ChunkRecord.from_row(r) for r in rows}
+            return reads.fetch_chunks(conn, self._schema, chunk_ids, zone=zone)
 
     def iter_lexical_rows(self, *, batch_size: int = 5000) -> Iterator[tuple[str, str, str, str]]:
         """Every chunk's ``(chunk_id, zone, path, text)`` for a BM25 build, streamed by a server-side cursor

@@ -128,7 +128,8 @@ def build_index(dsn: str, schema: str, build: BuildSettings) -> float | None:
             return None
         try:
             started = time.monotonic()
-            if _index_valid(conn, schema) is False:
+            valid = _index_valid(conn, schema)
+            if valid is False:
                 conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {s}.{name}").format(
                     s=sql.Identifier(schema), name=sql.Identifier(INDEX_NAME)))
             conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (f"{build.memory_mb}MB",))
@@ -139,9 +140,24 @@ def build_index(dsn: str, schema: str, build: BuildSettings) -> float | None:
                          (_MARKER,))
             seconds = time.monotonic() - started
             log.info("%s: HNSW index built in %.1f s", schema, seconds)
+            if valid is not True:
+                _settle(conn, schema)
             return seconds
         finally:
             conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, %s))", key)
+
+
+def _settle(conn: psycopg.Connection[Any], schema: str) -> None:
+    """``VACUUM (ANALYZE)`` the shard's tables after a bulk load, in the maintenance task that built its index.
+
+    A freshly loaded table is otherwise vacuumed by autovacuum at a moment of its choosing: measured during
+    a query benchmark at 100,000 chunks, it took PostgreSQL's CPU per query from 17.5 ms to 50–85 ms and
+    p99 from 35 ms to over 200 ms. Vacuumed here, the rows' hint bits and visibility map are set and the
+    planner's statistics describe the loaded table before queries arrive.
+    """
+    started = time.monotonic()
+    conn.execute(sql.SQL("VACUUM (ANALYZE) {s}.chunks, {s}.documents").format(s=sql.Identifier(schema)))
+    log.info("%s: vacuumed and analysed after the load in %.1f s", schema, time.monotonic() - started)
 
 
 def _index_valid(conn: psycopg.Connection[Any], schema: str) -> bool | None:

@@ -75,12 +75,23 @@ def test_a_bulk_load_defers_the_index_searches_stay_exact_and_the_build_restores
     store.ensure_schema()  # a worker starting during the load does not rebuild the index
     assert _index(store) is None
 
+    assert _vacuumed(store) is None
     assert store.build_vector_index() is not None
     valid, definition = _index(store)  # type: ignore[misc]
     assert valid and "hnsw" in definition and "m='8'" in definition.replace(" ", "")
+    # Settled after the load: vacuumed and analysed now, not by autovacuum under the first queries.
+    assert _vacuumed(store) is not None
     assert not store.vector_index_deferred() and not gate.deferred(0)
     store.ensure_schema()
     assert _index(store) is not None
+
+
+def _vacuumed(store: ShardStore) -> object:
+    with store.pool.connection() as conn:
+        row = conn.execute("SELECT last_vacuum, last_analyze FROM pg_stat_user_tables "
+                           "WHERE schemaname = 'shard_0' AND relname = 'chunks'").fetchone()
+    assert row is not None
+    return None if row[0] is None or row[1] is None else row
 
 
 def test_small_writes_keep_the_index(store: ShardStore) -> None:
@@ -94,3 +105,4 @@ def test_a_build_with_nothing_deferred_changes_nothing(store: ShardStore) -> Non
     before = _index(store)
     assert store.build_vector_index() is not None  # CREATE INDEX IF NOT EXISTS: a no-op
     assert _index(store) == before
+    assert _vacuumed(store) is None  # nothing was loaded in bulk: nothing to settle

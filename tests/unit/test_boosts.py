@@ -57,6 +57,23 @@ def test_each_field_scores_its_weight_on_full_coverage(cand: Candidate, expected
     assert result.reasons == (reason,)
 
 
+def test_fields_in_other_scripts_and_cases_are_covered_like_ascii_ones() -> None:
+    # Field texts are only tokenized when a query term can be in them; that shortcut must not lose a match
+    # whatever the script or case of the field.
+    assert factor("Überblick KAFKA", candidate(metadata={"title": "KAFKA überblick"}), FIELDS_ONLY).reasons == (
+        "title:1.00",)
+    assert factor("fusion", candidate(path="docs/RRF_Fusion.md"), FIELDS_ONLY).reasons == ("filename:1.00",)
+    assert factor("σύνοψη", candidate(metadata={"title": "Σύνοψη"}), FIELDS_ONLY).reasons == ("title:1.00",)
+    assert factor("kafka", candidate(metadata={"title": "rabbitmq"}), FIELDS_ONLY).reasons == ()
+
+
+def test_prefix_skips_leading_punctuation_and_ignores_case() -> None:
+    assert factor("rank fusion", candidate(text="## Rank  Fusion, explained"), EXACT_ONLY) == Boost(1.5, (
+        "exact_phrase",))
+    assert factor("Rank fus", candidate(text="  -- RANK FUSION explained"), EXACT_ONLY) == Boost(1.2, ("prefix",))
+    assert factor("rank fus", candidate(text="ranking fusion"), EXACT_ONLY).factor == 1.0
+
+
 def test_partial_coverage_scales_toward_one() -> None:
     # "reciprocal rank fusion": 3 distinct terms; the title has 1 of them → 1 + 1.5 · 1/3
     result = factor("reciprocal rank fusion", candidate(metadata={"title": "Fusion"}), FIELDS_ONLY)

@@ -254,3 +254,15 @@ def test_each_delta_builds_on_the_previous_one(tmp_path: Path) -> None:
     assert _scores(reader, "guava") == {} and set(_scores(reader, "harvest")) == {"c.txt", "g.txt"}
     manifest = read_manifest(tmp_path, 0)
     assert manifest is not None and manifest.delta_masked == 1  # a.txt; f.txt never was in the generation
+
+
+def test_equal_scores_in_the_delta_keep_the_lowest_chunk_ids(tmp_path: Path) -> None:
+    shard = _shard()
+    freshness, job = _built(tmp_path, shard)
+    for n in (4, 0, 3, 1, 2):
+        _written(shard, freshness, f"copy-{n}.txt", "walnut grove")
+    assert job.update()["kind"] == "delta"
+
+    hits = LexicalShardReader(tmp_path, 0).search("walnut", zone="z", k=2)
+
+    assert [hit.chunk_id.split("#")[0] for hit in hits] == ["copy-0.txt", "copy-1.txt"]

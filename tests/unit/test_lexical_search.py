@@ -206,3 +206,17 @@ def test_allowed_ids_narrow_the_mask_before_the_top_k_cut(tmp_path: Path) -> Non
     assert len(hits) == 5 and {h.chunk_id for h in hits} <= allowed  # a post-filter of the top 5 finds none
     assert reader.search("needle", zone="z", k=5, allowed=frozenset()) == []
     assert reader.search("needle", zone="other", k=5, allowed=allowed) == []
+
+
+def test_equal_scores_at_the_cut_keep_the_lowest_chunk_ids(tmp_path: Path) -> None:
+    # Twelve copies of one text score alike; which of them make the top 3 must not depend on where the
+    # build put them, or repeated queries over the same corpus would fuse differently.
+    ids = [f"copy-{n:02d}" for n in (7, 3, 11, 0, 9, 5, 1, 10, 2, 8, 6, 4)]
+    docs = {chunk_id: ("acme", "kafka consumer lag") for chunk_id in ids}
+    docs["best"] = ("acme", "kafka kafka consumer lag")
+    _build(tmp_path, docs)
+
+    hits = LexicalShardReader(tmp_path, 0).search("kafka lag", zone="acme", k=4)
+
+    assert [hit.chunk_id for hit in hits] == ["best", "copy-00", "copy-01", "copy-02"]
+    assert hits[1].score == hits[2].score == hits[3].score < hits[0].score
