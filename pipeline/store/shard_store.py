@@ -36,7 +36,6 @@ def _fenced(change: DocumentChange, stored_fence: int) -> bool:
     return change.fence is not None and change.fence < stored_fence
 
 
-
 # What BM25 indexes is what was embedded: the situating context, then the chunk.
 _INDEXED_TEXT = "CASE WHEN context = '' THEN text ELSE context || E'\\n\\n' || text END"
 
