@@ -47,6 +47,7 @@ def create_app(settings: Settings) -> Celery:
         result_serializer="json",
         accept_content=["json"],
         result_accept_content=["json"],
+        event_serializer="json",  # Celery's default, stated: monitoring events (Flower) are messages too
         # A message is acknowledged after its effect is committed; a worker killed mid-task leaves it
         # to be redelivered. Every task is idempotent, so running twice is harmless.
         task_acks_late=True,

@@ -199,9 +199,9 @@ class Generation:
         best = _top(scores, top, self.chunk_ids)
         hits: list[LexicalHit] = []
         for doc, score in zip(best.tolist(), scores[best].tolist(), strict=True):
-            # The mask zeroes every other zone's score, so the zone check never drops a hit; it stays as the
-            # guarantee that no query ever sees another zone's chunk.
-            if score > 0.0 and int(self.zone_codes[doc]) == code:
+            # _top keeps positive scores only, and the mask zeroes every other zone's, so the zone check never
+            # drops a hit; it stays as the guarantee that no query ever sees another zone's chunk.
+            if int(self.zone_codes[doc]) == code:
                 hits.append(LexicalHit(str(self.chunk_ids[doc]), float(score)))
         return hits
 
@@ -226,7 +226,7 @@ class Generation:
         scores[~live] = 0.0
         best = _top(scores, min(k, delta.size), delta.chunk_ids)
         return [LexicalHit(str(delta.chunk_ids[d]), float(s))
-                for d, s in zip(best.tolist(), scores[best].tolist(), strict=True) if s > 0.0]
+                for d, s in zip(best.tolist(), scores[best].tolist(), strict=True)]
 
     def _term_weights(self, counts: Counter[str], stats: TermStats | None) -> dict[int, float]:
         """Per known token id, the factor its stored scores are summed with.

@@ -11,6 +11,9 @@ def test_messages_and_results_are_json_only() -> None:
     conf = create_app(Settings()).conf
     assert (conf.task_serializer, conf.result_serializer) == ("json", "json")
     assert list(conf.accept_content) == ["json"] and list(conf.result_accept_content) == ["json"]
+    assert conf.event_serializer == "json"
+    serializer_settings = {key: conf[key] for key in conf if "serializer" in key or "accept_content" in key}
+    assert "pickle" not in repr(serializer_settings)
 
 
 def test_tasks_are_acknowledged_after_their_work_and_routed_to_their_queue() -> None:

@@ -353,6 +353,9 @@ def test_retry_after_parsing() -> None:
 
 
 def test_errors_survive_pickling() -> None:
+    # Not about messages (those are JSON only): Celery's prefork pool hands a task's exception from the child
+    # process to the parent through multiprocessing, which pickles it; an error class that cannot be rebuilt
+    # from its pickle would be lost there.
     limited = pickle.loads(pickle.dumps(RateLimitedError("slow", retry_after_s=2.5)))
     assert isinstance(limited, RateLimitedError) and limited.retry_after_s == 2.5 and str(limited) == "slow"
     rejected = pickle.loads(pickle.dumps(EmbeddingRequestError("bad key", status=401)))
