@@ -22,16 +22,17 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipeline.bulk_load import BulkLoadGate
-from pipeline.embeddings.stage import EmbeddingStage, StageStats, unique_texts
-from pipeline.errors import EmbeddingProviderError, ShardfuseError
+from pipeline.embeddings.stage import EmbeddingStage, StageResult, StageStats, unique_texts
+from pipeline.errors import EmbeddingModelsChangedError, EmbeddingProviderError, ShardfuseError
 from pipeline.models import PreparedDocument
+from pipeline.settings import DEFAULT_MODEL
 from pipeline.store import ApplyOutcome, DocStatus, DocumentChange, ShardStore
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,15 @@ class EmbedBatcher:
         max_chunks: int,
         max_wait_s: float,
         gate: BulkLoadGate | None = None,
+        stages: Callable[[str], EmbeddingStage] | None = None,
+        fill_ttl_s: float = 2.0,
     ) -> None:
         self._stage = stage
+        # Other embedding models' stages, by name, for zones being reindexed (built on first use).
+        self._stages = stages
+        # Per shard: when its zones' embedding models were read, and what they were.
+        self._fill: dict[int, tuple[float, dict[str, tuple[str, ...]]]] = {}
+        self._fill_ttl_s = fill_ttl_s
         self._gate = gate
         self._stores = stores
         self._max_chunks = max_chunks
@@ -133,7 +141,13 @@ class EmbedBatcher:
                     break
                 batch.append(item)
                 chunks += len(item.document.chunks)
-            self._flush(batch)
+            try:
+                self._flush(batch)
+            except Exception as exc:  # noqa: BLE001 - a bug here must not leave a waiter hanging
+                log.exception("embedding a batch failed")
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
 
     def _before_write(self, shard: int, changes: list[DocumentChange]) -> None:
         if self._gate is None:
@@ -143,34 +157,62 @@ class EmbedBatcher:
         except Exception:  # noqa: BLE001 - the write goes ahead with the index as it is
             log.warning("could not decide on bulk-load mode for shard %d", shard, exc_info=True)
 
+    def _models(self, document: PreparedDocument) -> tuple[str, ...]:
+        """The embedding models ``document``'s zone is written with, as its shard lists them (read at most
+        once per ``fill_ttl_s``; the shard's transaction has the last word)."""
+        shard = document.shard
+        read_at, zones = self._fill.get(shard, (float("-inf"), {}))
+        if time.monotonic() - read_at >= self._fill_ttl_s:
+            try:
+                zones = self._stores[shard].fill_models()
+            except ShardfuseError:
+                log.warning("could not read shard %d's embedding models; writing the default one", shard)
+            self._fill[shard] = (time.monotonic(), zones)
+        return zones.get(document.event.zone, (DEFAULT_MODEL,))
+
+    def _embed(self, model: str, members: list[_Pending]) -> StageResult:
+        stage = self._stage if model == DEFAULT_MODEL else None
+        if stage is None:
+            if self._stages is None:
+                raise EmbeddingModelsChangedError(f"embedding model {model!r} is not configured on this worker")
+            stage = self._stages(model)
+        chunks = [chunk for p in members for chunk in p.document.chunks]
+        return stage.embed(unique_texts((c.embedding_key, c.indexed_text) for c in chunks), chunks=len(chunks))
+
     def _flush(self, batch: list[_Pending]) -> None:
-        chunks = [chunk for p in batch for chunk in p.document.chunks]
-        try:
-            result = self._stage.embed(unique_texts((c.embedding_key, c.indexed_text) for c in chunks),
-                                       chunks=len(chunks))
-        except Exception as exc:  # every waiter must hear about it, whatever it is (e.g. the cache is down)
-            error = exc if isinstance(exc, ShardfuseError) else EmbeddingProviderError(f"embedding failed: {exc!r}")
-            for p in batch:
-                p.future.set_exception(error)
-            return
+        needs = [self._models(p.document) for p in batch]
+        results: dict[str, StageResult] = {}
+        failures: dict[int, ShardfuseError] = {}
+        for model in sorted({m for models in needs for m in models}):
+            members = [i for i, models in enumerate(needs) if model in models]
+            try:
+                results[model] = self._embed(model, [batch[i] for i in members])
+            except Exception as exc:  # every waiter must hear about it, whatever it is (e.g. the cache is down)
+                error = exc if isinstance(exc, ShardfuseError) else EmbeddingProviderError(
+                    f"embedding failed: {exc!r}")
+                for i in members:
+                    failures.setdefault(i, error)
 
         by_shard: dict[int, list[tuple[_Pending, DocumentChange]]] = defaultdict(list)
         failed_documents = 0
-        for p in batch:
+        for i, p in enumerate(batch):
             hashes = [c.embedding_key for c in p.document.chunks]
-            failure = next((result.failed[h] for h in hashes if h in result.failed), None)
+            failure: Exception | None = failures.get(i)
+            for model in needs[i]:
+                if failure is None and model in results:
+                    failure = next((results[model].failed[h] for h in hashes if h in results[model].failed), None)
             if failure is not None:  # only the documents whose request failed; the rest of the flush commits
                 failed_documents += 1
                 p.future.set_exception(failure if isinstance(failure, ShardfuseError) else EmbeddingProviderError(
                     f"embedding failed: {failure!r}"))
                 continue
-            embeddings = (np.stack([result.vectors[h] for h in hashes]).astype(np.float32, copy=False) if hashes
-                          else np.zeros((0, self._stage.dimensions), dtype=np.float32))
+            vectors = {model: self._vectors(results[model], hashes) for model in needs[i]}
             change = DocumentChange(
                 event=p.document.event,
                 status=DocStatus.INDEXED,
                 chunks=p.document.chunks,
-                embeddings=embeddings,
+                embeddings=vectors.pop(DEFAULT_MODEL, None),
+                model_embeddings=vectors,
                 line_count=p.document.line_count,
                 dropped=p.document.dropped,
                 refresh=p.document.refresh,
@@ -178,8 +220,15 @@ class EmbedBatcher:
             )
             by_shard[p.document.shard].append((p, change))
 
+        stats = results.get(DEFAULT_MODEL) or next(iter(results.values()), None)
         self._embedded.put(_Embedded(by_shard=by_shard, documents=len(batch), failed_documents=failed_documents,
-                                     embedding=result.stats))
+                                     embedding=stats.stats if stats else StageStats()))
+
+    @staticmethod
+    def _vectors(result: StageResult, hashes: list[str]) -> np.ndarray:
+        if not hashes:
+            return np.zeros((0, 1), dtype=np.float32)
+        return np.stack([result.vectors[h] for h in hashes]).astype(np.float32, copy=False)
 
     def _write_loop(self) -> None:
         while True:
@@ -208,6 +257,12 @@ class EmbedBatcher:
                 continue
             for p, change in items:
                 outcome = outcomes[change.key]
+                if outcome.missing_models and outcome.seq == change.event.seq:
+                    self._fill.pop(shard, None)  # read the zone's models again before the retry is embedded
+                    p.future.set_exception(EmbeddingModelsChangedError(
+                        f"zone {change.event.zone!r} is now also written with {', '.join(outcome.missing_models)}: "
+                        "embedding the document again"))
+                    continue
                 # Two versions of one document in a batch: only the newest is applied.
                 applied = outcome.applied and outcome.seq == change.event.seq
                 p.future.set_result(

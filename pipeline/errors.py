@@ -70,6 +70,11 @@ class LeaseLostError(TransientError):
         return _rebuild_lease_lost, (str(self), self.stored_fence)
 
 
+class EmbeddingModelsChangedError(TransientError):
+    """A zone's writes started to fill another embedding model's column (a reindex began) after this
+    document was embedded: it is embedded again, with every model the zone now needs."""
+
+
 class EmbeddingProviderError(TransientError):
     """The embedding provider failed in a way worth retrying."""
 

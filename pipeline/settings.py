@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,11 +35,15 @@ from pipeline.redaction import redact_dsn, redact_url
 from pipeline.settings_base import Section as _Section
 
 CONFIG_ENV = "SHARDFUSE_CONFIG"
+# The embedding model of [embedder]; further models are named by [embedders.<name>] (MODEL_NAME).
+DEFAULT_MODEL = "default"
+MODEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,30}")
 
 
 
 __all__ = [
-    "CONFIG_ENV", "BoostSettings", "BrokerSettings", "CasSettings", "ChunkingSettings", "ContextSettings",
+    "CONFIG_ENV", "DEFAULT_MODEL", "MODEL_NAME", "BoostSettings", "BrokerSettings", "CasSettings", "ChunkingSettings",
+    "ContextSettings",
     "DeliverySettings", "EmbedderProvider", "EmbedderSettings", "EntropySettings", "ExpansionSettings",
     "FlowerSettings", "FusionName", "LimitSettings", "PostgresSettings", "QuerySettings", "RouterSettings", "Settings",
     "StackSettings", "TaskLimits", "VectorIndexSettings", "WorkerSettings", "ZoneProfile", "load_settings",
@@ -280,6 +285,10 @@ class Settings(BaseSettings):
     entropy: EntropySettings = EntropySettings()
     context: ContextSettings = ContextSettings()
     embedder: EmbedderSettings = EmbedderSettings()
+    # Further embedding models, by name, that a zone can be reindexed to and switched over to
+    # (``shardfuse reindex``): each a whole [embedder] table. Their vectors live in a column of their own in
+    # every shard (``embedding_<name>``); ``[embedder]`` is the model named "default".
+    embedders: dict[str, EmbedderSettings] = {}
     vector_index: VectorIndexSettings = VectorIndexSettings()
     bm25: Bm25Settings = Bm25Settings()
     query: QuerySettings = QuerySettings()
@@ -308,6 +317,10 @@ class Settings(BaseSettings):
                 f"broker.visibility_timeout_s ({self.broker.visibility_timeout_s}) must exceed the longest "
                 f"task hard limit ({longest}s), or Redis redelivers messages that are still running"
             )
+        for name in self.embedders:
+            if name == DEFAULT_MODEL or not MODEL_NAME.fullmatch(name):
+                raise ValueError(f"embedders.{name}: a model name is 1-31 lower-case letters, digits or _, starting "
+                                 f"with a letter, and not {DEFAULT_MODEL!r} (that is [embedder])")
         delivery = self.delivery
         if delivery.dead_after_s < 2 * delivery.heartbeat_s:
             raise ValueError(f"delivery.dead_after_s ({delivery.dead_after_s}) must be at least twice "
@@ -354,6 +367,18 @@ class Settings(BaseSettings):
     def models_dir(self) -> Path:
         """Files derived from embedding models (ONNX exports)."""
         return self.data_path / "models"
+
+    def embedder_for(self, model: str) -> EmbedderSettings:
+        """The settings of the embedding model ``model`` ("default" is [embedder]); ConfigurationError when
+        this process does not know it."""
+        if model == DEFAULT_MODEL:
+            return self.embedder
+        try:
+            return self.embedders[model]
+        except KeyError:
+            known = ", ".join([DEFAULT_MODEL, *sorted(self.embedders)])
+            raise ConfigurationError(f"embedding model {model!r} is not configured here (known: {known}); "
+                                     f"declare it as [embedders.{model}] in every worker's settings") from None
 
     def shard_dsn(self, shard: int) -> str:
         return self.postgres.shard_dsns[shard] if self.postgres.shard_dsns else self.postgres.dsn

@@ -32,14 +32,17 @@ def settings_fingerprint(settings: QuerySettings) -> str:
 
 
 def cache_key(
-    request: SearchRequest, *, shard_state: Sequence[tuple[int, int | None]], settings_fingerprint: str = ""
+    request: SearchRequest, *, shard_state: Sequence[tuple[int, int | None]], settings_fingerprint: str = "",
+    model: str = "default",
 ) -> str:
     """A key for ``request`` against shards in ``shard_state`` (per shard: write version, BM25 generation),
-    answered under the settings of ``settings_fingerprint``."""
+    answered under the settings of ``settings_fingerprint`` with the embedding model ``model`` (a zone
+    switched to another model never gets the old model's answers)."""
     payload = {
         "request": {**asdict(request), "where": asdict(request.where)},
         "shards": [list(state) for state in shard_state],
         "settings": settings_fingerprint,
+        "model": model,
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
     return f"{_PREFIX}{request.zone}:{digest}"

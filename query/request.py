@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from pipeline.errors import InvalidQueryError
 from pipeline.events import bad_character, quoted
+from pipeline.settings import DEFAULT_MODEL, MODEL_NAME
 from pipeline.store.filters import ChunkFilter
 from query.fusion import Fusion
 
@@ -44,6 +45,9 @@ class SearchRequest:
     boost: bool | None = None
     route: bool | None = None
     expand: bool | None = None
+    # The embedding model to search with; None: the zone's own (``shardfuse reindex``). Naming one compares a
+    # reindex's model with the zone's before switching over.
+    model: str | None = None
 
     @classmethod
     def parse(
@@ -61,6 +65,7 @@ class SearchRequest:
         boost: object = None,
         route: object = None,
         expand: object = None,
+        model: object = None,
         max_k: int = 1000,
     ) -> SearchRequest:
         """Build a request from untrusted RPC arguments; every problem is an :class:`InvalidQueryError`."""
@@ -102,9 +107,13 @@ class SearchRequest:
         for name, switch in (("boost", boost), ("route", route), ("expand", expand)):
             if switch is not None and not isinstance(switch, bool):
                 raise InvalidQueryError(f"{name} must be true, false or null, got {quoted(switch)}")
+        if model is not None and not (isinstance(model, str)
+                                      and (model == DEFAULT_MODEL or MODEL_NAME.fullmatch(model))):
+            raise InvalidQueryError(f"model {quoted(model)} is not an embedding model name")
         where = ChunkFilter(path_prefix=path_prefix, metadata=dict(filters or {}))
         return cls(query=query, zone=zone, k=k, mode=Mode(mode), fusion=Fusion(fusion), alpha=float(alpha),
-                   rrf_k=rrf_k, where=where, boost=_switch(boost), route=_switch(route), expand=_switch(expand))
+                   rrf_k=rrf_k, where=where, boost=_switch(boost), route=_switch(route), expand=_switch(expand),
+                   model=model)
 
 
 def _check_text(what: str, text: str) -> None:

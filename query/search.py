@@ -20,14 +20,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from pipeline.embeddings import Embedder
+from pipeline.errors import InvalidQueryError
 from pipeline.lexical.stats import combine
-from pipeline.settings import QuerySettings
+from pipeline.settings import DEFAULT_MODEL, QuerySettings
 from pipeline.store import ChunkRecord
 from query.boosts import NO_BOOST, Boost, Candidate, prepare_query, rerank
 from query.cache import ResultCache, cache_key, settings_fingerprint
@@ -41,6 +42,23 @@ from query.shards import LegHit, ShardSearcher
 # An expansion leg counts this much of the leg it extends, shared among that kind's expansion legs: the
 # original query stays the strongest evidence.
 EXPANSION_SHARE = 0.5
+
+
+class QueryModels(Protocol):
+    """The embedding model each zone's queries use (``pipeline/store/zone_models.py``) and its embedders."""
+
+    def active(self, zone: str) -> str: ...
+
+    def embedders(self, model: str) -> tuple[Embedder, Embedder]:
+        """``model``'s query embedder, and the same behind the query-embedding cache."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    name: str
+    direct: Embedder
+    cached: Embedder
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +80,11 @@ class SearchService:
         cache: ResultCache | None = None,
         write_versions: Callable[[], Sequence[int]] | None = None,
         expander: QueryExpander | None = None,
+        models: QueryModels | None = None,
     ) -> None:
         self._shards = list(shards)
+        # Zones reindexed to another embedding model; None: every zone uses ``embedder``.
+        self._models = models
         self._embedder = embedder
         # The same model behind a query-embedding cache; ``use_cache=False`` searches go around it so their
         # timings include the model, as a first-time query's would.
@@ -91,26 +112,38 @@ class SearchService:
 
     def search(self, request: SearchRequest, *, use_cache: bool = True) -> dict[str, Any]:
         """Answer ``request``, from the result cache when the shards have not changed since."""
+        model = self._model(request)
         if not use_cache:
-            return self._search(request, embedder=self._embedder)
+            return self._search(request, model, embedder=model.direct)
         if self._cache is None or self._write_versions is None:
-            return self._search(request, embedder=self._cached_embedder)
+            return self._search(request, model, embedder=model.cached)
         started = time.perf_counter()
         versions = self._write_versions()
         generations = [shard.current_generation() for shard in self._shards]
         key = cache_key(request, shard_state=list(zip(versions, generations, strict=True)),
-                        settings_fingerprint=self._settings_fingerprint)
+                        settings_fingerprint=self._settings_fingerprint, model=model.name)
         cached = self._cache.get(key)
         if cached is not None:
             cached["cache"] = "hit"
             cached["timings_ms"] = {"total": round(_ms(started), 3), "computed": cached["timings_ms"]}
             return cached
-        answer = self._search(request, embedder=self._cached_embedder)
+        answer = self._search(request, model, embedder=model.cached)
         self._cache.put(key, answer)
         answer["cache"] = "miss"
         return answer
 
-    def _search(self, request: SearchRequest, *, embedder: Embedder) -> dict[str, Any]:
+    def _model(self, request: SearchRequest) -> _Model:
+        """The request's model if it names one (to compare a reindex's model before switching), else the
+        zone's: read once, so the query's embedding and the column it searches always belong together."""
+        name = request.model or (self._models.active(request.zone) if self._models else DEFAULT_MODEL)
+        if name == DEFAULT_MODEL:
+            return _Model(DEFAULT_MODEL, self._embedder, self._cached_embedder)
+        if self._models is None:
+            raise InvalidQueryError(f"embedding model {name!r} is not configured on this query worker")
+        direct, cached = self._models.embedders(name)
+        return _Model(name, direct, cached)
+
+    def _search(self, request: SearchRequest, model: _Model, *, embedder: Embedder) -> dict[str, Any]:
         started = time.perf_counter()
         settings = self._settings
         timings: dict[str, float] = {}
@@ -125,7 +158,7 @@ class SearchService:
             t = time.perf_counter()
             embedding = embedder.embed_query(request.query)
             timings["embed"] = _ms(t)
-            legs[VECTOR] = _merge(self._submit_vector(embedding, request, limit), limit)
+            legs[VECTOR] = _merge(self._submit_vector(embedding, request, limit, model.name), limit)
         if keyword is not None:
             legs[KEYWORD] = keyword.result()
         for name, leg in legs.items():
@@ -139,7 +172,7 @@ class SearchService:
             expansion_info = {"source": outcome.source, "reason": outcome.reason}
             if outcome.expansion is not None:
                 t = time.perf_counter()
-                legs.update(self._expansion_legs(outcome.expansion, request, limit))
+                legs.update(self._expansion_legs(outcome.expansion, request, limit, model))
                 timings["expansion_legs"] = _ms(t)
                 expansion_info["legs"] = sorted(name for name in legs if "+" in name)
 
@@ -206,6 +239,7 @@ class SearchService:
             "mode": request.mode.value,
             "fusion": request.fusion.value,
             "k": request.k,
+            "model": model.name,
             "results": results,
             "route": {
                 "complexity": round(plan.complexity, 3),
@@ -239,12 +273,13 @@ class SearchService:
         return _Leg(hits=_best(merged, limit), ms=_ms(t))
 
     def _submit_vector(
-        self, embedding: npt.NDArray[np.float32], request: SearchRequest, limit: int
+        self, embedding: npt.NDArray[np.float32], request: SearchRequest, limit: int, model: str
     ) -> list[tuple[int, Future[tuple[list[LegHit], float]]]]:
-        return [(shard.shard, self._pool.submit(_timed, shard.vector, embedding, request, limit))
+        return [(shard.shard, self._pool.submit(_timed, shard.vector, embedding, request, limit, model=model))
                 for shard in self._shards]
 
-    def _expansion_legs(self, expansion: Expansion, request: SearchRequest, limit: int) -> dict[str, _Leg]:
+    def _expansion_legs(self, expansion: Expansion, request: SearchRequest, limit: int,
+                        model: _Model) -> dict[str, _Leg]:
         """One extra keyword leg per lexical variant and one extra vector leg per question or passage."""
         keyword = {
             f"{KEYWORD}+{i}": self._phases.submit(self._keyword_leg, variant, request, limit)
@@ -253,12 +288,12 @@ class SearchService:
         pending: dict[str, list[tuple[int, Future[tuple[list[LegHit], float]]]]] = {}
         if request.mode.uses_vector:
             # Questions are embedded as queries; the hypothetical passage as the documents it imitates.
-            embeddings = [self._embedder.embed_query(question) for question in expansion.questions]
+            embeddings = [model.direct.embed_query(question) for question in expansion.questions]
             if expansion.passage:
-                embeddings.append(self._embedder.embed_documents([expansion.passage])[0])
+                embeddings.append(model.direct.embed_documents([expansion.passage])[0])
             for i, embedding in enumerate(embeddings, start=1):
                 pending[f"{VECTOR}+{i}"] = self._submit_vector(np.asarray(embedding, dtype=np.float32), request,
-                                                               limit)
+                                                               limit, model.name)
         legs = {name: _merge(futures, limit) for name, futures in pending.items()}
         return {**{name: future.result() for name, future in keyword.items()}, **legs}
 

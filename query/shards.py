@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from pipeline.lexical import LexicalShardReader
 from pipeline.lexical.stats import TermStats
+from pipeline.settings import DEFAULT_MODEL
 from pipeline.store import ChunkFilter, ChunkRecord, ShardStore
 
 
@@ -28,7 +29,8 @@ class ShardSearcher(Protocol):
     ) -> list[LegHit]: ...
 
     def vector(
-        self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None
+        self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None,
+        model: str = DEFAULT_MODEL,
     ) -> list[LegHit]: ...
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]: ...
@@ -60,9 +62,11 @@ class StoreShardSearcher:
         return [LegHit(h.chunk_id, h.score) for h in hits]
 
     def vector(
-        self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None
+        self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int, where: ChunkFilter | None = None,
+        model: str = DEFAULT_MODEL,
     ) -> list[LegHit]:
-        hits = self._store.vector_search(embedding, zone=zone, limit=limit, ef_search=self._ef_search, where=where)
+        hits = self._store.vector_search(embedding, zone=zone, limit=limit, ef_search=self._ef_search, where=where,
+                                         model=model)
         return [LegHit(h.chunk_id, h.score) for h in hits]
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:

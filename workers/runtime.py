@@ -25,17 +25,14 @@ from pipeline.chunk_registry import RedisChunkRegistry
 from pipeline.context.factory import build_contextualizer
 from pipeline.context.llm import LlmContextualizer
 from pipeline.embeddings import Embedder, build_embedder, request_batch_size
-from pipeline.embeddings.backpressure import build_backpressure
 from pipeline.embeddings.query_cache import CachedQueryEmbedder
-from pipeline.embeddings.stage import EmbeddingStage
 from pipeline.freshness import Bm25Freshness
 from pipeline.leases import DocumentLeases
 from pipeline.lexical import LexicalShardReader, Tokenizer
 from pipeline.liveness import Heartbeat, new_holder_id
-from pipeline.settings import EmbedderProvider, Settings
+from pipeline.settings import Settings
 from pipeline.store import ShardPools, ShardStore
 from pipeline.store.context_cache import PostgresContextCache
-from pipeline.store.embedding_cache import EmbeddingCache
 from pipeline.store.schema import ensure_shared_schema
 from pipeline.store.vector_index import DeferPolicy
 from pipeline.tokens import TokenCounter
@@ -44,6 +41,7 @@ from query.expansion import QueryExpander, RedisExpansionCache
 from query.search import SearchService
 from query.shards import StoreShardSearcher
 from workers import monitor
+from workers.embedding_models import EmbeddingModels, build_stage
 from workers.names import Queue
 from workers.names import Task as TaskName
 from workers.redelivery import DeliveryWatch
@@ -160,27 +158,21 @@ class WorkerRuntime:
                           lambda: BulkLoadGate(self.stores, policy=policy, backlog=self.pending_documents))
 
     @property
+    def models(self) -> EmbeddingModels:
+        """The embedding models of zones reindexed away from the default one (built on first use)."""
+        return self._once("_models", lambda: EmbeddingModels(
+            self.settings, shared_pool=lambda: self.shared_pool, redis_client=lambda: self.redis,
+            default_embedder=lambda: self.embedder))
+
+    @property
     def batcher(self) -> EmbedBatcher:
         emb = self.settings.embedder
 
         def build() -> EmbedBatcher:
-            remote = emb.provider in (EmbedderProvider.OPENAI, EmbedderProvider.VOYAGE)
-            cache = EmbeddingCache(self.shared_pool, provider=emb.provider.value, model=self.embedder.name,
-                                   dimensions=self.embedder.dimensions)
-            batch_size = request_batch_size(emb, self.embedder)
-            stage = EmbeddingStage(
-                embedder=self.embedder,
-                batch_size=batch_size,
-                cache=cache,
-                # Remote providers share quotas across every worker; a local model only competes for CPU.
-                backpressure=build_backpressure(emb, self.redis) if remote else None,
-                oversize_rule=emb.oversize_input,
-                max_concurrent=emb.max_concurrent if remote else 1,
-                max_retry_s=emb.max_retry_s,
-                request_timeout_s=emb.request_timeout_s,
-            )
-            return EmbedBatcher(stage=stage, stores=self.stores, max_chunks=batch_size * 4,
-                                max_wait_s=emb.batch_wait_ms / 1000, gate=self.bulk_load_gate)
+            stage = build_stage(emb, self.embedder, shared_pool=self.shared_pool, redis_client=self.redis)
+            return EmbedBatcher(stage=stage, stores=self.stores, max_chunks=request_batch_size(emb, self.embedder) * 4,
+                                max_wait_s=emb.batch_wait_ms / 1000, gate=self.bulk_load_gate,
+                                stages=self.models.stage)
 
         return self._once("_batcher", build)
 
@@ -204,6 +196,7 @@ class WorkerRuntime:
                 write_versions=lambda: self.freshness.dirty_versions(self.settings.shards),
                 # Builds its HTTP client on first use; with expansion disabled it answers "skipped" at once.
                 expander=QueryExpander(settings=q.expansion, cache=RedisExpansionCache(self.redis)),
+                models=self.models,
             )
 
         return self._once("_searcher", build)
@@ -223,7 +216,7 @@ class WorkerRuntime:
 
     def close(self) -> None:
         with self._lock:
-            for name in ("_batcher", "_searcher", "_contextualizer", "_heartbeat"):
+            for name in ("_batcher", "_searcher", "_models", "_contextualizer", "_heartbeat"):
                 if name in self.__dict__:
                     self.__dict__.pop(name).close()
             self._pools.close()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
 from pipeline.events import WriteEvent
 from pipeline.models import Chunk
+from pipeline.settings import DEFAULT_MODEL
 
 
 class DocStatus(enum.StrEnum):
@@ -26,7 +29,11 @@ class DocumentChange:
     event: WriteEvent
     status: DocStatus
     chunks: tuple[Chunk, ...] = ()
+    # The default model's vectors, one per chunk; None when the zone's writes no longer fill that column.
     embeddings: npt.NDArray[np.float32] | None = field(default=None, compare=False)
+    # Other models' vectors by model name (pipeline.store.embedding_columns): a zone being reindexed.
+    model_embeddings: Mapping[str, npt.NDArray[np.float32]] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False)
     line_count: int = 0
     reason: str | None = None
     # Chunks the entropy filter dropped, by reason; stored on the document row.
@@ -38,7 +45,8 @@ class DocumentChange:
 
     def __post_init__(self) -> None:
         if self.status is DocStatus.INDEXED:
-            if self.embeddings is None or len(self.embeddings) != len(self.chunks):
+            vectors = [v for v in (self.embeddings, *self.model_embeddings.values()) if v is not None]
+            if not vectors or any(len(v) != len(self.chunks) for v in vectors):
                 raise ValueError("an indexed change needs one embedding per chunk")
         elif self.chunks:
             raise ValueError(f"a {self.status} change carries no chunks")
@@ -46,6 +54,11 @@ class DocumentChange:
     @property
     def key(self) -> tuple[str, str]:
         return self.event.key
+
+    @property
+    def models(self) -> frozenset[str]:
+        """The models this change carries vectors of."""
+        return frozenset(self.model_embeddings) | ({DEFAULT_MODEL} if self.embeddings is not None else set())
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +74,6 @@ class ApplyOutcome:
     stored_seq: int | None
     fenced: bool = False
     stored_fence: int = 0
+    # The zone's writes must now fill these models' columns too, and the change has no vectors for them
+    # (a reindex began after they were embedded): refused, to be embedded again.
+    missing_models: tuple[str, ...] = ()

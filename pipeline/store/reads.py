@@ -80,8 +80,9 @@ def vector_search(
     limit: int,
     ef_search: int,
     where: ChunkFilter | None = None,
+    column: str = "embedding",
 ) -> list[VectorHit]:
-    """Nearest chunks of ``zone`` by cosine similarity, best first.
+    """Nearest chunks of ``zone`` by cosine similarity in ``column`` (the zone's embedding model's), best first.
 
     Only ids and scores: returning the chunks too, to save hydration's round trip, measured slower (100,000
     chunks, 4 shards): 120 rows decoded where ~50 are hydrated after fusion, their texts de-TOASTed by the
@@ -93,10 +94,12 @@ def vector_search(
     speed second.
     """
     conditions, condition_params = (where or ChunkFilter()).sql()
+    if column != "embedding":  # another model's column holds vectors only for the zones reindexed to it
+        conditions = sql.SQL("{c} AND {col} IS NOT NULL").format(c=conditions, col=sql.Identifier(column))
     query = sql.SQL(
-        "SELECT chunk_id, 1 - (embedding <=> %s) FROM {s}.chunks WHERE zone = %s{c} "
-        "ORDER BY embedding <=> %s LIMIT %s"
-    ).format(s=schema, c=conditions)
+        "SELECT chunk_id, 1 - ({col} <=> %s) FROM {s}.chunks WHERE zone = %s{c} "
+        "ORDER BY {col} <=> %s LIMIT %s"
+    ).format(s=schema, c=conditions, col=sql.Identifier(column))
     params = [embedding, zone, *condition_params, embedding, limit]
     use_session_setting(conn, "hnsw.ef_search", str(max(ef_search, limit)))
     rows = conn.execute(query, params).fetchall()
@@ -111,7 +114,8 @@ def vector_search(
                 conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
                 # Not prepared: a plan made without the index must never be kept for later searches.
                 rows = conn.execute(query, params, prepare=False).fetchall()
-    return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows]
+    # A row without a vector in this column (a zone that left the model) has no distance: never a hit.
+    return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows if r[1] is not None]
 
 
 def matching_chunk_ids(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -23,13 +23,16 @@ CHUNK_TYPES: tuple[str, ...] = (
 )  # fmt: skip
 
 
-def chunk_rows(change: DocumentChange) -> Iterator[tuple[Any, ...]]:
-    """One COPY row per chunk of an indexed change, zipped strictly with its embedding."""
-    if change.embeddings is None:
-        return
+def chunk_rows(change: DocumentChange, models: Sequence[str] = ()) -> Iterator[tuple[Any, ...]]:
+    """One COPY row per chunk of an indexed change: :data:`CHUNK_COLUMNS`, then one vector per model of
+    ``models`` (other models' columns, :mod:`pipeline.store.embedding_columns`). A model the change has no
+    vectors of (the default one, for a zone that left it) is NULL."""
     event = change.event
     metadata = Jsonb(event.metadata) if event.metadata else None
-    for chunk, embedding in zip(change.chunks, change.embeddings, strict=True):
+    count = len(change.chunks)
+    default = change.embeddings if change.embeddings is not None else [None] * count
+    others = [change.model_embeddings.get(model, [None] * count) for model in models]
+    for i, (chunk, embedding) in enumerate(zip(change.chunks, default, strict=True)):
         symbols = chunk.symbols.to_json()
         yield (
             chunk_id(event.zone, event.path, event.seq, chunk.ordinal),
@@ -52,4 +55,5 @@ def chunk_rows(change: DocumentChange) -> Iterator[tuple[Any, ...]]:
             list(chunk.heading_path),
             chunk.context.replace("\x00", "\ufffd"),
             None if chunk.context_source is None else chunk.context_source.value,
+            *(vectors[i] for vectors in others),
         )

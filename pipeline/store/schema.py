@@ -6,6 +6,7 @@ import psycopg
 from psycopg import sql
 
 from pipeline.errors import ConfigurationError
+from pipeline.store.embedding_columns import FILL_MODELS_DDL
 from pipeline.store.vector_index import BuildSettings, create_index_sql, index_state_ddl, is_deferred
 
 SHARED_SCHEMA = "shardfuse"
@@ -50,7 +51,7 @@ CREATE TABLE IF NOT EXISTS {schema}.chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_zone_path ON {schema}.chunks (zone, path);
 CREATE INDEX IF NOT EXISTS documents_status ON {schema}.documents (status) WHERE status <> 'indexed';
-"""
+""" + FILL_MODELS_DDL
 
 # Columns added to ``chunks`` after shards existed, each with the statement that adds it. ALTER TABLE takes
 # an ACCESS EXCLUSIVE lock even when IF NOT EXISTS makes it a no-op, and this runs at every worker start:
@@ -97,6 +98,16 @@ CREATE TABLE IF NOT EXISTS {schema}.embedding_cache (
     embedding   vector      NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (provider, model, dimensions, chunk_hash)
+);
+-- Per zone, the embedding model its queries use, and a reindex to another model in progress
+-- (pipeline/store/zone_models.py).
+CREATE TABLE IF NOT EXISTS {schema}.zone_models (
+    zone         text        PRIMARY KEY,
+    active       text        NOT NULL,
+    target       text,
+    previous     text,
+    started_at   timestamptz,
+    switched_at  timestamptz
 );
 -- LLM chunk contexts by document and chunk (pipeline/store/context_cache.py).
 CREATE TABLE IF NOT EXISTS {schema}.context_cache (

@@ -13,7 +13,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from pipeline.store import reads, vector_index
+from pipeline.settings import DEFAULT_MODEL
+from pipeline.store import embedding_columns, reads, vector_index
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
 from pipeline.store.connections import pooled_connection, reading_connection
 from pipeline.store.filters import ChunkFilter
@@ -34,6 +35,13 @@ def _fenced(change: DocumentChange, stored_fence: int) -> bool:
     """The fencing rule: a change written under a lease older than the newest one the shard has seen is
     refused (its writer's lease lapsed and another took over)."""
     return change.fence is not None and change.fence < stored_fence
+
+
+def _missing_models(change: DocumentChange, required: tuple[str, ...]) -> tuple[str, ...]:
+    """The models the zone's writes must fill that an indexed change has no vectors of."""
+    if change.status is not DocStatus.INDEXED or not change.chunks:
+        return ()
+    return tuple(m for m in required if m not in change.models)
 
 
 # What BM25 indexes is what was embedded: the situating context, then the chunk.
@@ -96,6 +104,9 @@ class ShardStore:
         zones = [k[0] for k in keys]
         paths = [k[1] for k in keys]
         with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            # Which embedding columns each zone's writes fill; the list cannot change before this commits.
+            embedding_columns.lock_shared(cur, self.shard)
+            required = embedding_columns.required_models(cur, self._schema, zones)
             # A placeholder row (seq -1) gives a never-seen document something to lock; it is replaced
             # below in the same transaction, so no reader ever sees it.
             cur.execute(
@@ -118,9 +129,11 @@ class ShardStore:
             stored = {(z, p): int(seq) for z, p, seq, _ in rows}
             fences = {(z, p): int(fence) for z, p, _, fence in rows}
             fenced = {k for k in keys if _fenced(latest[k], fences[k])}
-            fresh = [latest[k] for k in keys if k not in fenced and _newer(latest[k], stored[k])]
+            missing = {k: m for k in keys if k not in fenced and _newer(latest[k], stored[k])
+                       and (m := _missing_models(latest[k], required[k[0]]))}
+            fresh = [latest[k] for k in keys if k not in fenced and k not in missing and _newer(latest[k], stored[k])]
             if fresh:
-                self._replace(cur, fresh)
+                self._replace(cur, fresh, required)
             # A stale change's token still counts: the shard remembers the newest lease that reached it.
             fresh_keys = {c.key for c in fresh}
             self._raise_fences(cur, [latest[k] for k in keys if k not in fenced and k not in fresh_keys
@@ -129,10 +142,11 @@ class ShardStore:
             ApplyOutcome(
                 key=k,
                 seq=latest[k].event.seq,
-                applied=k not in fenced and _newer(latest[k], stored[k]),
+                applied=k not in fenced and k not in missing and _newer(latest[k], stored[k]),
                 stored_seq=None if stored[k] < 0 else stored[k],
                 fenced=k in fenced,
                 stored_fence=fences[k],
+                missing_models=missing.get(k, ()),
             )
             for k in keys
         ]
@@ -144,7 +158,8 @@ class ShardStore:
                 [(c.fence, c.event.zone, c.event.path, c.fence) for c in changes],
             )
 
-    def _replace(self, cur: psycopg.Cursor[Any], fresh: list[DocumentChange]) -> None:
+    def _replace(self, cur: psycopg.Cursor[Any], fresh: list[DocumentChange],
+                 required: dict[str, tuple[str, ...]]) -> None:
         cur.execute(
             self._q(
                 "DELETE FROM {s}.chunks c USING unnest(%s::text[], %s::text[]) AS t(z, p) "
@@ -154,13 +169,16 @@ class ShardStore:
         )
         writes = [c for c in fresh if c.status is DocStatus.INDEXED and c.chunks]
         if writes:
+            # Other models' columns, for the zones whose writes fill them (most writes: none).
+            others = sorted({m for c in writes for m in required[c.event.zone] if m != DEFAULT_MODEL})
+            columns = [*CHUNK_COLUMNS, *map(embedding_columns.column_for, others)]
             copy_sql = sql.SQL("COPY {s}.chunks ({cols}) FROM STDIN WITH (FORMAT BINARY)").format(
-                s=self._schema, cols=sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+                s=self._schema, cols=sql.SQL(", ").join(map(sql.Identifier, columns))
             )
             with cur.copy(copy_sql) as copy:
-                copy.set_types(list(CHUNK_TYPES))
+                copy.set_types([*CHUNK_TYPES, *("vector" for _ in others)])
                 for change in writes:
-                    for row in chunk_rows(change):
+                    for row in chunk_rows(change, others):
                         copy.write_row(row)
         cur.executemany(
             self._q(
@@ -225,11 +243,18 @@ class ShardStore:
         limit: int,
         ef_search: int,
         where: ChunkFilter | None = None,
+        model: str = DEFAULT_MODEL,
     ) -> list[VectorHit]:
-        """Nearest chunks of ``zone`` by cosine similarity, best first (see :func:`reads.vector_search`)."""
+        """Nearest chunks of ``zone`` by cosine similarity in ``model``'s column, best first (see
+        :func:`reads.vector_search`)."""
         with self._reading() as conn:
             return reads.vector_search(conn, self._schema, embedding, zone=zone, limit=limit, ef_search=ef_search,
-                                       where=where)
+                                       where=where, column=embedding_columns.column_for(model))
+
+    def fill_models(self) -> dict[str, tuple[str, ...]]:
+        """The zones whose writes fill other embedding columns than the default one, with those models."""
+        with self._reading() as conn:
+            return embedding_columns.fill_models(conn, self._schema)
 
     def matching_chunk_ids(self, *, zone: str, where: ChunkFilter) -> frozenset[str]:
         """Ids of the zone's chunks that pass ``where`` (the keyword leg masks its index with them)."""

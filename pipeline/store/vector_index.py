@@ -65,13 +65,16 @@ def index_state_ddl(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema))
 
 
-def create_index_sql(schema: str, build: BuildSettings, *, concurrently: bool) -> sql.Composed:
+def create_index_sql(schema: str, build: BuildSettings, *, concurrently: bool, column: str = "embedding",
+                     name: str = INDEX_NAME) -> sql.Composed:
+    """The HNSW index over ``column`` (another model's column when a zone is reindexed)."""
     return sql.SQL(
-        "CREATE INDEX {how} IF NOT EXISTS {name} ON {s}.chunks USING hnsw (embedding vector_cosine_ops) "
+        "CREATE INDEX {how} IF NOT EXISTS {name} ON {s}.chunks USING hnsw ({column} vector_cosine_ops) "
         "WITH (m = {m}, ef_construction = {ef})"
     ).format(
         how=sql.SQL("CONCURRENTLY" if concurrently else ""),
-        name=sql.Identifier(INDEX_NAME),
+        name=sql.Identifier(name),
+        column=sql.Identifier(column),
         s=sql.Identifier(schema),
         m=sql.Literal(build.m),
         ef=sql.Literal(build.ef_construction),
@@ -128,7 +131,7 @@ def build_index(dsn: str, schema: str, build: BuildSettings) -> float | None:
             return None
         try:
             started = time.monotonic()
-            valid = _index_valid(conn, schema)
+            valid = index_valid(conn, schema)
             if valid is False:
                 conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {s}.{name}").format(
                     s=sql.Identifier(schema), name=sql.Identifier(INDEX_NAME)))
@@ -160,11 +163,11 @@ def _settle(conn: psycopg.Connection[Any], schema: str) -> None:
     log.info("%s: vacuumed and analysed after the load in %.1f s", schema, time.monotonic() - started)
 
 
-def _index_valid(conn: psycopg.Connection[Any], schema: str) -> bool | None:
-    """Whether the index is valid; None when there is none."""
+def index_valid(conn: psycopg.Connection[Any], schema: str, name: str = INDEX_NAME) -> bool | None:
+    """Whether the shard's index ``name`` is valid; None when there is none."""
     row = conn.execute(
         "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-        (schema, INDEX_NAME),
+        (schema, name),
     ).fetchone()
     return None if row is None else bool(row[0])

@@ -110,6 +110,9 @@ def stack() -> Iterator[Stack]:
         "SHARDFUSE_DELIVERY__HEARTBEAT_S": "1",
         "SHARDFUSE_DELIVERY__DEAD_AFTER_S": "6",
         "SHARDFUSE_DELIVERY__BUSY_RETRY_S": "1",
+        # A second embedding model every worker knows, for reindexing a zone (tests/integration/test_reindex.py).
+        "SHARDFUSE_EMBEDDERS__MINI__PROVIDER": "hashing",
+        "SHARDFUSE_EMBEDDERS__MINI__DIMENSIONS": "48",
     }
     with running_stack(overrides, keep_env=True) as running:
         yield running

@@ -132,7 +132,7 @@ class IndexedShard:
         return [LegHit(h.chunk_id, h.score) for h in self._lexical.search(query, zone=zone, k=limit, stats=stats)]
 
     def vector(self, embedding: npt.NDArray[np.float32], *, zone: str, limit: int,
-               where: ChunkFilter | None = None) -> list[LegHit]:
+               where: ChunkFilter | None = None, model: str = "default") -> list[LegHit]:
         scored = [LegHit(cid, float(np.dot(embedding, vec))) for cid, vec in self._vectors.items()
                   if self._chunks[cid][0] == zone]
         return sorted(scored, key=lambda h: -h.score)[:limit]

@@ -11,7 +11,7 @@ import pytest
 from pipeline.batching import EmbedBatcher
 from pipeline.embeddings import HashingEmbedder
 from pipeline.embeddings.stage import EmbeddingStage
-from pipeline.errors import EmbeddingProviderError, StoreUnavailableError
+from pipeline.errors import EmbeddingModelsChangedError, EmbeddingProviderError, StoreUnavailableError
 from pipeline.events import Op, WriteEvent
 from pipeline.models import Chunk, PreparedDocument
 from pipeline.store import ApplyOutcome, DocumentChange
@@ -31,20 +31,34 @@ class RecordingEmbedder(HashingEmbedder):
 
 
 class FakeStore:
-    def __init__(self, shard: int, *, fail: bool = False) -> None:
+    """A shard's write side: records transactions; ``models`` is its per-zone list of embedding models
+    (``fill_models``), and ``apply`` refuses changes lacking one of them, as ShardStore.apply does."""
+
+    def __init__(self, shard: int, *, fail: bool = False, models: dict[str, tuple[str, ...]] | None = None) -> None:
         self.shard = shard
         self.transactions: list[list[DocumentChange]] = []
         self.fail = fail
+        self.models = dict(models or {})
+        self.model_reads = 0
+
+    def fill_models(self) -> dict[str, tuple[str, ...]]:
+        self.model_reads += 1
+        return dict(self.models)
 
     def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:
         if self.fail:
             raise StoreUnavailableError(f"shard {self.shard} is down")
         self.transactions.append(list(changes))
         # ShardStore.apply's contract: one outcome per distinct document, for its newest change.
-        newest: dict[tuple[str, str], int] = {}
+        newest: dict[tuple[str, str], DocumentChange] = {}
         for c in changes:
-            newest[c.key] = max(c.event.seq, newest.get(c.key, -1))
-        return [ApplyOutcome(key, seq, True, None) for key, seq in newest.items()]
+            if c.key not in newest or c.event.seq > newest[c.key].event.seq:
+                newest[c.key] = c
+        outcomes = []
+        for key, c in newest.items():
+            missing = tuple(m for m in self.models.get(c.event.zone, ("default",)) if m not in c.models)
+            outcomes.append(ApplyOutcome(key, c.event.seq, not missing, None, missing_models=missing))
+        return outcomes
 
 
 def _doc(path: str, shard: int, n_chunks: int, seq: int = 1) -> PreparedDocument:
@@ -122,3 +136,61 @@ def test_two_versions_of_one_document_in_a_batch_only_the_newest_counts_as_appli
         batcher.close()
     assert isinstance(old, ApplyOutcome) and isinstance(new, ApplyOutcome)
     assert (old.applied, new.applied) == (False, True)
+
+
+def test_a_zone_being_reindexed_is_written_with_both_models() -> None:
+    """While a zone is reindexed, its shard lists two models: every write of the zone carries vectors of both,
+    each from its own model's stage; other zones keep the default model alone."""
+    default, other = RecordingEmbedder(), HashingEmbedder(16)
+    stages = {"mini": EmbeddingStage(embedder=other, batch_size=16)}
+    store = FakeStore(0, models={"z": ("default", "mini")})
+    batcher = EmbedBatcher(stage=EmbeddingStage(embedder=default, batch_size=16), stores=[store], max_chunks=1000,
+                           max_wait_s=0.2, stages=stages.__getitem__)
+    try:
+        reindexed = _doc("a", shard=0, n_chunks=2)
+        plain = PreparedDocument(event=WriteEvent(op=Op.WRITE, zone="other", path="b", seq=1,
+                                                  content_hash="sha256:" + "0" * 64),
+                                 shard=0, chunks=reindexed.chunks, line_count=1)
+        results = _submit_concurrently(batcher, [reindexed, plain])
+    finally:
+        batcher.close()
+    assert all(isinstance(r, ApplyOutcome) and r.applied for r in results), results
+    written = {c.event.zone: c for t in store.transactions for c in t}
+    assert written["z"].models == {"default", "mini"}
+    assert written["z"].model_embeddings["mini"].shape == (2, 16)
+    np.testing.assert_allclose(written["z"].model_embeddings["mini"],
+                               other.embed_documents([c.indexed_text for c in reindexed.chunks]), rtol=1e-6)
+    assert written["z"].embeddings is not None and written["z"].embeddings.shape == (2, 8)
+    assert written["other"].models == {"default"}
+
+
+def test_a_write_refused_for_a_model_added_meanwhile_is_retried_and_the_models_read_again() -> None:
+    """A reindex that starts between embedding and writing: the shard refuses the write (missing model); the
+    waiter gets a transient error, and the next flush reads the zone's models again and carries both."""
+    store = FakeStore(0)
+    stages = {"mini": EmbeddingStage(embedder=HashingEmbedder(16), batch_size=16)}
+    batcher = EmbedBatcher(stage=EmbeddingStage(embedder=HashingEmbedder(8), batch_size=16), stores=[store],
+                           max_chunks=1000, max_wait_s=0.05, stages=stages.__getitem__, fill_ttl_s=3600)
+    try:
+        assert batcher.index(_doc("a", shard=0, n_chunks=1), timeout=10).applied
+        store.models["z"] = ("default", "mini")  # the reindex starts; the batcher's copy is an hour "fresh"
+        with pytest.raises(EmbeddingModelsChangedError, match="mini"):
+            batcher.index(_doc("a", shard=0, n_chunks=1, seq=2), timeout=10)
+        outcome = batcher.index(_doc("a", shard=0, n_chunks=1, seq=2), timeout=10)
+    finally:
+        batcher.close()
+    assert outcome.applied
+    assert store.transactions[-1][0].models == {"default", "mini"}
+    assert store.model_reads == 2
+
+
+def test_a_model_this_worker_lacks_fails_the_zones_documents_as_transient() -> None:
+    store = FakeStore(0, models={"z": ("default", "unknown")})
+    batcher = EmbedBatcher(stage=EmbeddingStage(embedder=HashingEmbedder(8), batch_size=16), stores=[store],
+                           max_chunks=1000, max_wait_s=0.05)
+    try:
+        with pytest.raises(EmbeddingModelsChangedError, match="'unknown' is not configured"):
+            batcher.index(_doc("a", shard=0, n_chunks=1), timeout=10)
+    finally:
+        batcher.close()
+    assert store.transactions == []

@@ -52,6 +52,8 @@ def test_keys_separate_zones_and_parameters() -> None:
     assert cache_key(base, shard_state=state) == cache_key(SearchRequest(query="q", zone="a"), shard_state=state)
     assert cache_key(base, shard_state=state) != cache_key(SearchRequest(query="q", zone="b"), shard_state=state)
     assert cache_key(base, shard_state=state) != cache_key(SearchRequest(query="q", zone="a", k=11), shard_state=state)
+    # A zone switched to another embedding model never gets the old model's answers.
+    assert cache_key(base, shard_state=state) != cache_key(base, shard_state=state, model="mini")
 
 
 def test_an_unreachable_redis_costs_only_the_cache() -> None:

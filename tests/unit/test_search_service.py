@@ -23,6 +23,7 @@ class FakeShard:
         self._keyword, self._vector, self._records = keyword, vector, records
         self.calls: list[tuple[str, str, int]] = []
         self.wheres: list[ChunkFilter | None] = []
+        self.models: list[str] = []
 
     def keyword_stats(self, query: str, *, zone: str) -> TermStats:
         return TermStats(docs=len(self._records), df={query: len(self._keyword)})
@@ -35,8 +36,10 @@ class FakeShard:
         self.wheres.append(where)
         return self._keyword[:limit]
 
-    def vector(self, embedding: np.ndarray, *, zone: str, limit: int, where: ChunkFilter | None = None) -> list[LegHit]:
+    def vector(self, embedding: np.ndarray, *, zone: str, limit: int, where: ChunkFilter | None = None,
+               model: str = "default") -> list[LegHit]:
         self.calls.append(("vector", zone, limit))
+        self.models.append(model)
         self.wheres.append(where)
         return self._vector[:limit]
 
@@ -310,3 +313,47 @@ def test_uncached_searches_go_around_the_query_embedding_cache() -> None:
     assert Counting.calls == 1  # the second search found the embedding in the LRU
     service.search(request, use_cache=False)
     assert Counting.calls == 2  # eval's timed searches always pay for the model
+
+
+class TwoModels:
+    """A zone's model as ``zone_models`` records it, with one embedder per model (``QueryModels``)."""
+
+    def __init__(self, active: dict[str, str]) -> None:
+        self.active_by_zone = active
+        self.mini = HashingEmbedder(24)
+
+    def active(self, zone: str) -> str:
+        return self.active_by_zone.get(zone, "default")
+
+    def embedders(self, model: str) -> tuple[HashingEmbedder, HashingEmbedder]:
+        assert model == "mini"
+        return self.mini, self.mini
+
+
+def test_a_zone_switched_to_another_model_is_embedded_and_searched_with_that_model_only() -> None:
+    shard = FakeShard(0, keyword=[], vector=[LegHit("a", 0.5)], records={"a": "a.py"})
+    seen: list[int] = []
+    original = shard.vector
+
+    def vector(embedding: np.ndarray, **kwargs: object) -> list[LegHit]:
+        seen.append(len(embedding))
+        return original(embedding, **kwargs)  # type: ignore[arg-type]
+
+    shard.vector = vector  # type: ignore[method-assign]
+    models = TwoModels({"moved": "mini"})
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(16), settings=NEUTRAL_SETTINGS, models=models)
+    moved = service.search(SearchRequest(query="q", zone="moved", mode=Mode.SEMANTIC))
+    stayed = service.search(SearchRequest(query="q", zone="stayed", mode=Mode.SEMANTIC))
+    assert (moved["model"], stayed["model"]) == ("mini", "default")
+    assert shard.models == ["mini", "default"] and seen == [24, 16]  # embedding and column always agree
+    # A request may name a model to compare it before the zone is switched.
+    trial = service.search(SearchRequest(query="q", zone="stayed", mode=Mode.SEMANTIC, model="mini"))
+    assert trial["model"] == "mini" and shard.models[-1] == "mini" and seen[-1] == 24
+
+
+def test_a_model_the_query_worker_does_not_know_is_a_clear_error() -> None:
+    shard = FakeShard(0, keyword=[], vector=[LegHit("a", 0.5)], records={"a": "a.py"})
+    with pytest.raises(InvalidQueryError, match="'mini' is not configured"):
+        _service(shard).search(SearchRequest(query="q", zone="z", model="mini"))
+    with pytest.raises(InvalidQueryError, match="not an embedding model name"):
+        SearchRequest.parse(query="q", zone="z", model="Bad Name!")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from pipeline.errors import ShardfuseError
 from pipeline.settings import Settings, load_settings
-from workers.cli import chunks, content, deadletters, evaluate, operations, querying
+from workers.cli import chunks, content, deadletters, evaluate, operations, querying, reindex
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     deadletters.register(sub)
     querying.register(sub)
     evaluate.register(sub)
+    reindex.register(sub)
     return parser
 
 

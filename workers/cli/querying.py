@@ -28,6 +28,8 @@ def register(sub: Any) -> None:
     search.add_argument("--path-prefix", help="only documents whose path starts with this")
     search.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                         help="only documents whose metadata has KEY equal to VALUE (repeatable)")
+    search.add_argument("--model", help="search with this embedding model (default: the zone's own; name a model "
+                        "a reindex is filling to compare it before `shardfuse reindex switch`)")
     search.add_argument("--json", action="store_true", help="print the task's JSON answer")
     add_stage_switches(search)
     search.set_defaults(handler=run_search)
@@ -75,7 +77,8 @@ def run_search(args: argparse.Namespace, settings: Settings) -> int:
     try:
         answer = remote_search(settings, query=args.query, zone=args.zone, k=args.k, mode=args.mode,
                                fusion=args.fusion, alpha=args.alpha, path_prefix=args.path_prefix,
-                               filters=filters or None, boost=args.boost, route=args.route, expand=args.expand)
+                               filters=filters or None, boost=args.boost, route=args.route, expand=args.expand,
+                               model=args.model)
     except StoreUnavailableError:
         raise  # no worker answered: main() reports it
     except Exception as exc:  # the worker's exception, rebuilt by Celery: print it as the user's error
@@ -91,8 +94,9 @@ def run_search(args: argparse.Namespace, settings: Settings) -> int:
 def format_results(answer: dict[str, Any], *, snippet_chars: int = 160) -> str:
     results = answer["results"]
     timings = answer["timings_ms"]
+    model = f", model {answer['model']}" if answer.get("model", "default") != "default" else ""
     lines = [f"{len(results)} result(s) for {answer['query']!r} in zone {answer['zone']!r} "
-             f"({answer['mode']}, {timings.get('total', 0):.1f} ms)"]
+             f"({answer['mode']}{model}, {timings.get('total', 0):.1f} ms)"]
     for hit in results:
         legs = ", ".join(
             f"{name} #{hit[f'{name}_rank']}" for name in ("keyword", "vector") if hit.get(f"{name}_rank")

@@ -15,7 +15,7 @@ from workers.names import Task
 _settings = app.shardfuse_settings
 _limits = _settings.workers.query_limits
 _ARGUMENTS = ("query", "zone", "k", "mode", "fusion", "alpha", "rrf_k", "path_prefix", "filters", "cache", "boost",
-              "route", "expand")
+              "route", "expand", "model")
 
 
 @app.task(name=Task.SEARCH.value, bind=True, soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
@@ -34,6 +34,7 @@ def search(
     boost: Any = None,
     route: Any = None,
     expand: Any = None,
+    model: Any = None,
     **unknown: Any,
 ) -> dict[str, Any]:
     """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception: a request
@@ -46,6 +47,7 @@ def search(
     request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion or default_fusion,
                                   alpha=default_alpha if alpha is None else alpha,
                                   rrf_k=rrf_k, path_prefix=path_prefix, filters=filters,
-                                  boost=boost, route=route, expand=expand, max_k=_settings.query.max_k)
+                                  boost=boost, route=route, expand=expand, model=model,
+                                  max_k=_settings.query.max_k)
     searcher = self.app.shardfuse_runtime.get().searcher
     return searcher.search(request, use_cache=bool(cache))  # type: ignore[no-any-return]
