@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from pipeline.errors import ShardfuseError
 from pipeline.settings import Settings, load_settings
-from workers.cli import chunks, content, deadletters, evaluate, operations, querying, reindex
+from workers.cli import chunks, content, deadletters, evaluate, maintenance, operations, querying, reindex
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     querying.register(sub)
     evaluate.register(sub)
     reindex.register(sub)
+    maintenance.register(sub)
     return parser
 
 
