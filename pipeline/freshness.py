@@ -25,9 +25,15 @@ from typing import Any, NamedTuple
 
 _PREFIX = "shardfuse:bm25"
 
-# KEYS: dirty, touched, untracked, scheduled. ARGV: flag TTL, "1" when the documents are unknown, keys...
+# Commits whose time is kept (``shardfuse status``/the exporter: how long a shard has been behind).
+DIRTY_AT_KEEP = 4096
+# KEYS: dirty, touched, untracked, scheduled, dirty_at. ARGV: flag TTL, "1" when the documents are unknown,
+# keys...
 _MARK_DIRTY = """
 local version = redis.call('INCR', KEYS[1])
+local now = redis.call('TIME')
+redis.call('ZADD', KEYS[5], version, version .. ':' .. now[1] .. ':' .. now[2])
+redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -""" + str(DIRTY_AT_KEEP + 1) + """)
 if ARGV[2] == '1' then
   redis.call('SET', KEYS[3], version)
 end
@@ -84,7 +90,7 @@ class Bm25Freshness:
         members = [] if keys is None else sorted({_member(z, p) for z, p in keys})
         p = f"{_PREFIX}:{shard}"
         scheduled = self._redis.eval(
-            _MARK_DIRTY, 4, f"{p}:dirty", f"{p}:touched", f"{p}:untracked", f"{p}:scheduled",
+            _MARK_DIRTY, 5, f"{p}:dirty", f"{p}:touched", f"{p}:untracked", f"{p}:scheduled", f"{p}:dirty_at",
             self._flag_ttl_s, "1" if keys is None else "0", *members,
         )
         return bool(int(scheduled))
@@ -128,6 +134,20 @@ class Bm25Freshness:
         """Seconds to wait before the next rebuild: the debounce, or twice the last build if longer."""
         last = float(self._redis.get(f"{_PREFIX}:{shard}:build_seconds") or 0.0)
         return max(debounce_s, 2 * last)
+
+    def behind_s(self, shard: int, *, built_version: int) -> float:
+        """How long ago (on the Redis server's clock) the first commit an index built at ``built_version``
+        lacks was made; 0 when it lacks none. Only the last :data:`DIRTY_AT_KEEP` commits are remembered, so
+        an index further behind than that shows the age of the oldest one remembered."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zrangebyscore(f"{_PREFIX}:{shard}:dirty_at", f"({built_version}", "+inf", start=0, num=1)
+        pipe.time()
+        first, (seconds, micros) = pipe.execute()
+        if not first:
+            return 0.0
+        member = first[0].decode() if isinstance(first[0], bytes) else str(first[0])
+        _, at_s, at_us = member.split(":")
+        return max(0.0, (int(seconds) - int(at_s)) + (int(micros) - int(at_us)) / 1e6)
 
     def dirty_version(self, shard: int) -> int:
         return int(self._redis.get(f"{_PREFIX}:{shard}:dirty") or 0)

@@ -8,9 +8,7 @@ secrets and per-host ports injected by a deployment always take effect.
 
 from __future__ import annotations
 
-import enum
 import os
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +20,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pipeline.embedder_settings import DEFAULT_MODEL, MODEL_NAME, EmbedderProvider, EmbedderSettings
 from pipeline.errors import ConfigurationError
+from pipeline.logging_settings import LoggingSettings
 from pipeline.query_settings import (
     BoostSettings,
     ExpansionSettings,
@@ -35,15 +35,12 @@ from pipeline.redaction import redact_dsn, redact_url
 from pipeline.settings_base import Section as _Section
 
 CONFIG_ENV = "SHARDFUSE_CONFIG"
-# The embedding model of [embedder]; further models are named by [embedders.<name>] (MODEL_NAME).
-DEFAULT_MODEL = "default"
-MODEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,30}")
 
 
 
 __all__ = [
     "CONFIG_ENV", "DEFAULT_MODEL", "MODEL_NAME", "BoostSettings", "BrokerSettings", "CasSettings", "ChunkingSettings",
-    "ContextSettings",
+    "ContextSettings", "LoggingSettings",
     "DeliverySettings", "EmbedderProvider", "EmbedderSettings", "EntropySettings", "ExpansionSettings",
     "FlowerSettings", "FusionName", "LimitSettings", "PostgresSettings", "QuerySettings", "RouterSettings", "Settings",
     "StackSettings", "TaskLimits", "VectorIndexSettings", "WorkerSettings", "ZoneProfile", "load_settings",
@@ -115,46 +112,6 @@ class ChunkingSettings(_Section):
         if self.overlap_tokens >= self.max_tokens:
             raise ValueError("chunking.overlap_tokens must be smaller than chunking.max_tokens")
         return self
-
-
-class EmbedderProvider(enum.StrEnum):
-    LOCAL = "local"
-    HASHING = "hashing"
-    OPENAI = "openai"
-    VOYAGE = "voyage"
-
-
-class EmbedderSettings(_Section):
-    provider: EmbedderProvider = EmbedderProvider.LOCAL
-    model: str = "all-MiniLM-L6-v2"
-    dimensions: int = Field(default=384, ge=8, le=16000)
-    # Inputs per embedding request (None: the provider's own default, e.g. OpenAI 256, Voyage 128, local 64).
-    # Cross-document batching flushes when a batch holds 4 requests' worth of chunks or has waited
-    # batch_wait_ms.
-    batch_size: int | None = Field(default=None, ge=1)
-    batch_wait_ms: int = Field(default=50, ge=0)
-    # How the local model runs: "onnx" (ONNX Runtime, graph exported once under <data_dir>/models; about 3×
-    # faster per query on CPU, same vectors) or "torch". Without onnxruntime installed, onnx falls back to torch.
-    local_runtime: Literal["onnx", "torch"] = "onnx"
-    # Remote providers (openai, voyage). The key comes from SHARDFUSE_EMBEDDER__API_KEY; base_url points the
-    # SDK at any compatible server (empty: the provider's own).
-    api_key: SecretStr = SecretStr("")
-    base_url: str = ""
-    request_timeout_s: float = Field(default=30.0, gt=0)
-    # What happens to one input longer than the provider's per-input token limit: "truncate" keeps its
-    # first tokens, "split" embeds the pieces and averages them. Either way it is counted and reported.
-    oversize_input: Literal["truncate", "split"] = "truncate"
-    # Backpressure: requests in flight per process, and across every embed worker (Redis-backed, per
-    # provider and model); 0 per-minute limits mean none. Concurrency adapts (AIMD) below the global cap.
-    max_concurrent: int = Field(default=4, ge=1)
-    global_max_concurrent: int = Field(default=16, ge=1)
-    requests_per_minute: int = Field(default=0, ge=0)
-    tokens_per_minute: int = Field(default=0, ge=0)
-    # Transient failures (429, 5xx, timeouts, resets) are retried with exponential jitter for at most this long.
-    max_retry_s: float = Field(default=120.0, gt=0)
-    # Query embeddings: a per-process LRU of this many entries, backed by Redis for this long (0: no Redis).
-    query_cache_entries: int = Field(default=4096, ge=0)
-    query_cache_ttl_s: int = Field(default=86400, ge=0)
 
 
 class VectorIndexSettings(_Section):
@@ -296,6 +253,7 @@ class Settings(BaseSettings):
     delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()
     flower: FlowerSettings = FlowerSettings()
+    logging: LoggingSettings = LoggingSettings()
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pipeline.settings import load_settings
 from workers.app_factory import create_app
+from workers.observability import connect_observability
 from workers.runtime import connect_signals
 
 app = create_app(load_settings())
 connect_signals(app)
+connect_observability(app)

@@ -123,6 +123,18 @@ def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, An
     return rows
 
 
+def bm25_lag(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
+    """:func:`bm25_freshness`'s rows, each with how far its index is behind the shard's writes:
+    ``lag_versions`` (commits not yet in it) and ``behind_s`` (since the first of them; 0 when none)."""
+    tracker = Bm25Freshness(client)
+    rows = bm25_freshness(settings, client)
+    for row in rows:
+        row["lag_versions"] = max(0, row["dirty_version"] - row["built_version"])
+        row["behind_s"] = (tracker.behind_s(row["shard"], built_version=row["built_version"])
+                           if row["lag_versions"] else 0.0)
+    return rows
+
+
 def stale_shards(settings: Settings, client: redis.Redis) -> list[int]:
     """Shards whose BM25 index is not current (manifests and dirty versions: cheap, unlike reading unacked)."""
     return [row["shard"] for row in bm25_freshness(settings, client) if not row["current"]]

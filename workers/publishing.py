@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from pipeline import metrics
 from pipeline.errors import StoreUnavailableError
 from pipeline.events import WriteEvent
 from pipeline.settings import Settings
@@ -41,6 +43,7 @@ class CeleryEventSink:
     ) -> Iterator[CeleryEventSink]:
         app = create_app(settings)
         per_message = settings.broker.events_per_message if events_per_message is None else events_per_message
+        metrics.connect_redis(settings.broker.url)  # events published are counted with the workers' counts
         try:
             with app.producer_or_acquire() as producer:
                 sink = cls(app, producer, events_per_message=per_message, refresh=refresh)
@@ -50,6 +53,8 @@ class CeleryEventSink:
                     sink.flush()
         except OperationalError as exc:
             raise StoreUnavailableError(f"cannot reach the broker at {settings.broker.display_url}: {exc}") from exc
+        finally:
+            metrics.recorder().flush()  # counted at once, not at the next periodic flush or at exit
 
     def send(self, event: WriteEvent) -> None:
         self._held.append(event.model_dump(mode="json"))
@@ -70,3 +75,5 @@ class CeleryEventSink:
             self._held = events + self._held  # nothing was published: keep them for another try
             raise StoreUnavailableError(f"cannot publish to the broker: {exc}") from exc
         self.messages += 1
+        for op, count in Counter(str(event.get("op")) for event in events).items():
+            metrics.inc(metrics.EVENTS_PUBLISHED, count, op=op)

@@ -7,8 +7,10 @@ from typing import Any
 import psycopg
 import redis
 
+from pipeline import metrics
 from pipeline.deadletters import dead_letter_count, recent_dead_letters
 from pipeline.errors import ShardfuseError
+from pipeline.metric_totals import MetricTotals, read_totals
 from pipeline.settings import Settings
 from pipeline.store import ShardPools
 from pipeline.store.inspection import chunk_quality
@@ -39,7 +41,9 @@ def collect_status(settings: Settings, *, state: StackState | None) -> dict[str,
                                                            grace_s=orphan_grace_s(settings.delivery.dead_after_s)))
         # Messages that were no kombu envelope at all, kept aside by the transport (workers.broker_inbox).
         status["unreadable_messages"] = int(client.llen(UNREADABLE_KEY))
-        status["bm25"] = monitor.bm25_freshness(settings, client)
+        status["bm25"] = monitor.bm25_lag(settings, client)
+        # Totals every process flushed (pipeline.metrics): what `shardfuse exporter` serves, summed up.
+        status["metrics"] = metrics_summary(read_totals(client))
     except redis.RedisError as exc:
         status["broker_error"] = str(exc)
     try:
@@ -61,12 +65,15 @@ def _database_status(settings: Settings) -> dict[str, Any]:
     with ShardPools(settings, min_size=1, max_size=2) as pools:
         shards = []
         skipped: list[dict[str, Any]] = []
+        deferred: list[int] = []
         for store in pools.stores():
             try:
                 zones = store.zone_counts()
                 quality = chunk_quality(store)
                 zones = [{**zone, **quality.get(zone["zone"], {})} for zone in zones]
                 skipped.extend({"shard": store.shard, **row} for row in store.skipped_documents(limit=10))
+                if store.vector_index_deferred():
+                    deferred.append(store.shard)
             except psycopg.errors.UndefinedTable:
                 zones = []  # no worker has created this shard's tables yet
             shards.append({"shard": store.shard, "zones": zones})
@@ -75,7 +82,47 @@ def _database_status(settings: Settings) -> dict[str, Any]:
             failed = recent_dead_letters(pools.shared, limit=10)
         except psycopg.errors.UndefinedTable:
             dead, failed = 0, []
-        return {"shard_counts": shards, "skipped": skipped, "dead_letters": dead, "failed": failed}
+        return {"shard_counts": shards, "skipped": skipped, "dead_letters": dead, "failed": failed,
+                "vector_index_deferred": deferred}
+
+
+def metrics_summary(totals: MetricTotals) -> dict[str, Any]:
+    """The counters an operator reads first, summed over every process since counting began."""
+    def total(name: str, **labels: object) -> int:
+        return round(totals.counter(name, **labels))
+
+    by_stage = {stage: {outcome: round(n) for outcome, n in sorted(totals.breakdown(metrics.EVENTS, "outcome",
+                                                                                    stage=stage).items())}
+                for stage in sorted(totals.breakdown(metrics.EVENTS, "stage"))}
+    hits, misses = total(metrics.EMBEDDING_CACHE_HITS), total(metrics.EMBEDDING_CACHE_MISSES)
+    queries = totals.histogram(metrics.QUERY_DURATION)
+    return {
+        "events_published": total(metrics.EVENTS_PUBLISHED),
+        "events_indexed": total(metrics.EVENTS, stage="embed", outcome="indexed"),
+        "events_deleted": total(metrics.EVENTS, stage="ingest", outcome="deleted"),
+        "events_skipped": total(metrics.EVENTS, stage="ingest", outcome="skipped"),
+        "events_failed": sum(total(metrics.EVENTS, stage=stage, outcome="dead_lettered")
+                             for stage in ("ingest", "embed")),
+        "events_by_stage": by_stage,
+        "chunks_embedded": total(metrics.EMBEDDING_CHUNKS),
+        "texts_embedded": total(metrics.EMBEDDING_TEXTS),
+        "embedding_cache": {"hits": hits, "misses": misses,
+                            "hit_ratio": hits / (hits + misses) if hits + misses else None},
+        "provider_rate_limited": total(metrics.PROVIDER_RATE_LIMITED),
+        "provider_retries": total(metrics.PROVIDER_RETRIES),
+        "queries": {"count": queries.count, "p50_s": queries.quantile(0.5), "p99_s": queries.quantile(0.99),
+                    "by_outcome": {k: round(v) for k, v in sorted(_counts(totals, "outcome").items())}},
+    }
+
+
+def _counts(totals: MetricTotals, label: str) -> dict[str, int]:
+    """Observations of the query histogram by the value of ``label``."""
+    out: dict[str, int] = {}
+    for (name, labels), hist in totals.histograms.items():
+        if name == metrics.QUERY_DURATION:
+            key = dict(labels).get(label, "")
+            out[key] = out.get(key, 0) + hist.count
+    return out
 
 
 def _age(seconds: float | None) -> str:
@@ -105,8 +152,11 @@ def format_status(status: dict[str, Any]) -> str:
                      f"list {UNREADABLE_KEY} (the worker logs said why); inspect with LRANGE, then DEL it")
     for row in status.get("bm25", []):
         fresh = "current" if row["current"] else "rebuild pending"
+        behind = (f", {row['lag_versions']} commit(s) behind for {row['behind_s']:.1f}s"
+                  if row.get("lag_versions") else "")
         lines.append(f"bm25     shard {row['shard']}: generation {row['generation']}, "
-                     f"{row['documents']} chunks, {fresh}")
+                     f"{row['documents']} chunks, {fresh}{behind}")
+    lines.extend(_metric_lines(status.get("metrics")))
     if status.get("database_error"):
         lines.append(f"database unreachable: {status['database_error']}")
     for shard in status.get("shard_counts", []):
@@ -121,6 +171,8 @@ def format_status(status: dict[str, Any]) -> str:
             if zone.get("backfill_documents"):
                 lines.append(f"           waiting for LLM contexts: {zone['backfill_chunks']} chunk(s) of "
                              f"{zone['backfill_documents']} document(s) (shardfuse backfill-context)")
+    for shard in status.get("vector_index_deferred", []):
+        lines.append(f"vector   shard {shard}: HNSW index deferred for a bulk load (exact scans until it is built)")
     if "dead_letters" in status:
         lines.append(f"dead letters: {status['dead_letters']}")
     for row in status.get("failed", []):
@@ -131,3 +183,24 @@ def format_status(status: dict[str, Any]) -> str:
     for name, proc in status.get("processes", {}).items():
         lines.append(f"process  {name:<20} pid {proc['pid']:<8} {'running' if proc['alive'] else 'DEAD'}")
     return "\n".join(lines)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _metric_lines(summary: dict[str, Any] | None) -> list[str]:
+    if not summary:
+        return []
+    cache = summary["embedding_cache"]
+    rate = "-" if cache["hit_ratio"] is None else f"{cache['hit_ratio']:.0%}"
+    queries = summary["queries"]
+    return [
+        f"events   {summary['events_published']} published, {summary['events_indexed']} indexed, "
+        f"{summary['events_deleted']} deleted, {summary['events_skipped']} skipped, "
+        f"{summary['events_failed']} failed (dead-lettered)",
+        f"embed    {summary['chunks_embedded']} chunks, {summary['texts_embedded']} embedded, cache hit rate {rate} "
+        f"({cache['hits']} of {cache['hits'] + cache['misses']} texts); provider: "
+        f"{summary['provider_rate_limited']} rate-limited (429), {summary['provider_retries']} retries",
+        f"queries  {queries['count']}, p50 {_ms(queries['p50_s'])}, p99 {_ms(queries['p99_s'])}",
+    ]

@@ -234,6 +234,7 @@ class LlmContextualizer:
                 on_rate_limited=self._on_rate_limited,
                 sleep=self._sleep,
                 clock=self._clock,
+                provider="chat",
             )
         except Exception as exc:  # noqa: BLE001 - one chunk's failure is its outcome, not the document's
             reason = str(exc) if isinstance(exc, ShardfuseError) else f"{type(exc).__name__}: {exc}"

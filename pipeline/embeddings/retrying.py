@@ -22,6 +22,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_ran
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
+from pipeline import metrics
 from pipeline.errors import RateLimitedError, TransientError
 
 log = logging.getLogger(__name__)
@@ -89,18 +90,22 @@ def call_with_retries(
     clock: Callable[[], float] = time.monotonic,
     initial_wait_s: float = INITIAL_WAIT_S,
     max_wait_s: float = MAX_WAIT_S,
+    provider: str = "unknown",
 ) -> T:
     """``fn()``, retried on :class:`TransientError` for at most ``max_retry_s`` in all; the last error is
     re-raised when the budget is spent. ``on_rate_limited(retry_after_s)`` hears of every 429, including
-    the last one, so the backpressure layer can slow down.
+    the last one, so the backpressure layer can slow down. 429s and retries are counted under ``provider``
+    (:data:`~pipeline.metrics.PROVIDER_RATE_LIMITED`, :data:`~pipeline.metrics.PROVIDER_RETRIES`).
     """
 
     def after_attempt(retry_state: RetryCallState) -> None:
         exc = retry_state.outcome.exception() if retry_state.outcome is not None else None
         if exc is not None and is_rate_limited(exc):
+            metrics.inc(metrics.PROVIDER_RATE_LIMITED, provider=provider)
             on_rate_limited(retry_after_of(exc))
 
     def before_sleep(retry_state: RetryCallState) -> None:
+        metrics.inc(metrics.PROVIDER_RETRIES, provider=provider)
         exc = retry_state.outcome.exception() if retry_state.outcome is not None else None
         log.warning("embedding attempt %d failed (%s: %s); retrying in %.2fs", retry_state.attempt_number,
                     type(exc).__name__, exc, retry_state.upcoming_sleep)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline import metrics
 from pipeline.embeddings.backpressure import Backpressure, Outcome
 from pipeline.embeddings.base import Embedder, Vectors
 from pipeline.embeddings.limits import OversizeRule, ProviderLimits, TokenCounting, fit_input, merge_pieces
@@ -169,6 +170,7 @@ class EmbeddingStage:
             tokens=sum(item.tokens for item in items),
             embed_ms=(time.perf_counter() - started) * 1000,
         )
+        count(stats, model=self._embedder.name)
         return StageResult(vectors={**cached, **fresh}, failed=failed, stats=stats)
 
     def _send(self, batch: Batch[tuple[str, int]], texts: Mapping[tuple[str, int], str]) -> Vectors | Exception:
@@ -180,6 +182,7 @@ class EmbeddingStage:
                 max_retry_s=self._max_retry_s,
                 on_rate_limited=self._on_rate_limited,
                 sleep=self._sleep,
+                provider=self._embedder.name.split(":", 1)[0],
             )
         except Exception as exc:  # noqa: BLE001 - the caller fails exactly this batch's chunks with it
             log.warning("an embedding request of %d input(s) failed for good: %s", len(inputs), exc)
@@ -204,6 +207,18 @@ class EmbeddingStage:
     def _on_rate_limited(self, retry_after_s: float | None) -> None:
         if self._backpressure is not None:
             self._backpressure.on_rate_limited(retry_after_s)
+
+
+def count(stats: StageStats, *, model: str) -> None:
+    """Add one call's stats to the deployment's metrics (:mod:`pipeline.metrics`)."""
+    labels = {"provider": model.split(":", 1)[0], "model": model}
+    metrics.inc(metrics.EMBEDDING_CHUNKS, stats.chunks, **labels)
+    metrics.inc(metrics.EMBEDDING_CACHE_HITS, stats.cache_hits, **labels)
+    metrics.inc(metrics.EMBEDDING_CACHE_MISSES, stats.unique - stats.cache_hits, **labels)
+    metrics.inc(metrics.EMBEDDING_TEXTS, stats.embedded, **labels)
+    metrics.inc(metrics.EMBEDDING_TOKENS, stats.tokens, **labels)
+    metrics.inc(metrics.EMBEDDING_REQUESTS, stats.requests - stats.failed_requests, outcome="ok", **labels)
+    metrics.inc(metrics.EMBEDDING_REQUESTS, stats.failed_requests, outcome="failed", **labels)
 
 
 def unique_texts(texts_and_hashes: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -10,7 +10,9 @@ from collections.abc import Callable, Sequence
 
 from pipeline.errors import ShardfuseError
 from pipeline.settings import Settings, load_settings
-from workers.cli import chunks, content, deadletters, evaluate, maintenance, operations, querying, reindex
+from workers.cli import chunks, content, deadletters, evaluate, maintenance, operations, querying, reindex, serve
+from workers.cli import metrics as exporter_cli
+from workers.logs import configure_cli_logging
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -30,8 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     deadletters.register(sub)
     querying.register(sub)
     evaluate.register(sub)
+    serve.register(sub)
     reindex.register(sub)
     maintenance.register(sub)
+    exporter_cli.register(sub)
     return parser
 
 
@@ -45,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["SHARDFUSE_DATA_DIR"] = os.path.abspath(args.data_dir)
     try:
         settings = load_settings(args.config)
+        configure_cli_logging(settings.logging.format)
         command: Command = args.handler
         return command(args, settings)
     except ShardfuseError as exc:

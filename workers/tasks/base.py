@@ -15,6 +15,7 @@ from celery import Task
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from pipeline import metrics
 from pipeline.deadletters import record_dead_letter
 from pipeline.errors import (
     DocumentBusyError,
@@ -25,6 +26,8 @@ from pipeline.errors import (
 )
 from pipeline.freshness import message_documents
 from pipeline.leases import DocumentLeases, Lease
+from workers.logs import item_fields, log_context
+from workers.names import TASK_QUEUES
 from workers.names import Task as TaskName
 from workers.runtime import WorkerRuntime
 
@@ -37,6 +40,10 @@ REQUEUE_PAUSE_S = 2.0
 # What "could not be recorded" means: the dead-letter table or the broker was out of reach.
 UNREACHABLE = (StoreUnavailableError, psycopg.OperationalError, redis.ConnectionError, redis.TimeoutError,
                KombuOperationalError, OSError)
+
+# The stage label of a task's metrics: its queue.
+_STAGES = {task.value: queue.value for task, queue in TASK_QUEUES.items()}
+
 
 def message_items(one: Any, many: list[Any] | None) -> list[Any]:
     """The items of a message that carries one (``event=``) or several (``events=``), or both."""
@@ -75,6 +82,11 @@ class PipelineTask(Task):  # type: ignore[misc]
     def runtime(self) -> WorkerRuntime:
         return self.app.shardfuse_runtime.get()  # type: ignore[no-any-return]
 
+    def count(self, outcome: str, value: int = 1) -> None:
+        """Count ``value`` items of this task's stage (its queue) settled as ``outcome``."""
+        if value:
+            metrics.inc(metrics.EVENTS, value, stage=_STAGES.get(self.name, self.name), outcome=outcome)
+
     def guarded(self, payload: dict[str, Any], work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Run ``work``; dead-letter a :class:`PermanentError` at once, retry anything else with exponential
         backoff and dead-letter it when the retry budget is spent.
@@ -94,6 +106,7 @@ class PipelineTask(Task):  # type: ignore[misc]
                 return self._settled(partial(self._dead_letter, payload, exc))
             countdown = min(60, 2 ** self.request.retries)
             log.warning("%s failed (attempt %d), retrying in %ds: %r", self.name, attempts, countdown, exc)
+            self.count("retried")
             return self._settled(partial(self._retry, exc, countdown=countdown))
 
     def guarded_each(
@@ -148,7 +161,8 @@ class PipelineTask(Task):  # type: ignore[misc]
         busy: list[Any] = []
         for item, error in failures:
             if isinstance(error, PermanentError):
-                dead.append(self._dead_letter({key: item}, error))
+                with log_context(**item_fields(item)):
+                    dead.append(self._dead_letter({key: item}, error))
             elif isinstance(error, DocumentBusyError):
                 busy.append(item)
             else:
@@ -158,15 +172,19 @@ class PipelineTask(Task):  # type: ignore[misc]
                      settings.delivery.busy_retry_s)
             self.app.send_task(self.name, kwargs={**carry, f"{key}s": busy},
                                countdown=settings.delivery.busy_retry_s)
+            self.count("busy", len(busy))
         attempts = self.request.retries + 1
         if transient and attempts > settings.workers.max_retries:
-            dead.extend(self._dead_letter({key: item}, error) for item, error in transient)
+            for item, error in transient:
+                with log_context(**item_fields(item)):
+                    dead.append(self._dead_letter({key: item}, error))
             transient = []
         if transient:
             first = transient[0][1]
             countdown = min(60, 2 ** self.request.retries)
             log.warning("%s: %d of %d %ss failed (attempt %d), retrying them in %ds: %r", self.name,
                         len(transient), len(items), key, attempts, countdown, first)
+            self.count("retried", len(transient))
             self._retry(first, countdown=countdown, kwargs={**carry, f"{key}s": [item for item, _ in transient]})
         return {"dead_letters": len(dead), "busy": len(busy)}
 
@@ -208,6 +226,7 @@ class PipelineTask(Task):  # type: ignore[misc]
             attempts=attempts,
         )
         log.error("%s dead-lettered as #%d after %d attempt(s): %s", self.name, dead_id, attempts, reason)
+        self.count("dead_lettered")
         return {"result": "dead_letter", "dead_letter_id": dead_id, "reason": reason}
 
     def schedule_vector_index(self, shard: int) -> None:

@@ -12,6 +12,7 @@ from pipeline.leases import Lease
 from pipeline.models import PreparedDocument
 from pipeline.store import ApplyOutcome
 from workers.celery_app import app
+from workers.logs import item_fields, log_context
 from workers.names import Task
 from workers.tasks.base import PipelineTask, message_items, take_lease
 
@@ -36,8 +37,9 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
         pending: list[tuple[dict[str, Any], PreparedDocument, Lease, Future[ApplyOutcome]]] = []
         for raw in items:
             try:
-                prepared = PreparedDocument.from_dict(raw)
-                lease = take_lease(leases, prepared.event.zone, prepared.event.path)
+                with log_context(**item_fields(raw)):
+                    prepared = PreparedDocument.from_dict(raw)
+                    lease = take_lease(leases, prepared.event.zone, prepared.event.path)
             except Exception as exc:  # noqa: BLE001 - a malformed or busy document fails alone
                 failures.append((raw, exc))
                 continue
@@ -47,18 +49,19 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
         indexed = stale = 0
         shards: dict[int, list[tuple[str, str]]] = {}
         for raw, prepared, lease, future in pending:
-            try:
-                outcome = future.result(timeout=max(0.0, deadline - time.monotonic()))
-                if outcome.fenced:
-                    leases.raise_floor(outcome.stored_fence)
-                    raise LeaseLostError.fenced(stored_fence=outcome.stored_fence, carried=lease.token)
-            except Exception as exc:  # noqa: BLE001 - settled per document by guarded_each
-                failures.append((raw, exc))
-                continue
-            finally:
-                # After a timeout the batcher may still write the document: its token then loses to the
-                # retry's newer one, or the retry finds the seq already applied.
-                leases.release(lease)
+            with log_context(**item_fields(raw)):
+                try:
+                    outcome = future.result(timeout=max(0.0, deadline - time.monotonic()))
+                    if outcome.fenced:
+                        leases.raise_floor(outcome.stored_fence)
+                        raise LeaseLostError.fenced(stored_fence=outcome.stored_fence, carried=lease.token)
+                except Exception as exc:  # noqa: BLE001 - settled per document by guarded_each
+                    failures.append((raw, exc))
+                    continue
+                finally:
+                    # After a timeout the batcher may still write the document: its token then loses to the
+                    # retry's newer one, or the retry finds the seq already applied.
+                    leases.release(lease)
             if outcome.applied:
                 indexed += 1
                 shards.setdefault(prepared.shard, []).append(prepared.event.key)
@@ -68,6 +71,8 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
             self.schedule_bm25(shard, keys)  # only this shard's documents go into its next delta
             if self.runtime.bulk_load_gate.deferred(shard):
                 self.schedule_vector_index(shard)
+        self.count("indexed", indexed)
+        self.count("stale", stale)
         return {"indexed": indexed, "stale": stale, "failed": len(failures)}, failures
 
     refused = self.refuse_malformed({"document": document, "documents": documents}, unknown, lists=("documents",))

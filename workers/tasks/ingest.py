@@ -10,6 +10,7 @@ from typing import Any
 from pipeline.events import WriteEvent, parse_event
 from pipeline.ingest import IngestOutcome, IngestResult, held_seqs, ingest_event
 from workers.celery_app import app
+from workers.logs import log_context, log_fields
 from workers.names import Task
 from workers.tasks.base import PipelineTask, leased, message_items
 
@@ -52,11 +53,14 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
         except Exception:  # noqa: BLE001 - only an optimisation: each event then asks its shard itself
             held = None
 
+        task_fields = log_fields()  # this thread's (the task's): the event threads log with it too
+
         def one_document(group: list[tuple[Any, WriteEvent]]) -> list[tuple[Any, WriteEvent, Outcome]]:
             done: list[tuple[Any, WriteEvent, Outcome]] = []
             for raw, event in group:
                 try:
-                    with leased(runtime.leases, event.zone, event.path) as lease:
+                    with log_context(**task_fields, event_id=event.event_id, zone=event.zone), \
+                            leased(runtime.leases, event.zone, event.path) as lease:
                         done.append((raw, event, ingest_event(
                             event, settings=runtime.settings, cas=runtime.cas, stores=runtime.stores,
                             counter=runtime.counter, contextualizer=runtime.contextualizer,
@@ -89,6 +93,8 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
             self.app.send_task(Task.EMBED.value, kwargs={"documents": documents})
         for shard, keys in sorted(unchanged_shards.items()):
             self.schedule_bm25(shard, keys)
+        for result, count in counts.items():
+            self.count(result, count)
         return dict(counts), failures
 
     arguments = {"event": event, "events": events, "refresh": refresh}
