@@ -7,13 +7,15 @@ SF     := $(BIN)/shardfuse
 export TIKTOKEN_CACHE_DIR ?= $(CURDIR)/.cache/tiktoken
 TIKTOKEN_CL100K := $(TIKTOKEN_CACHE_DIR)/9b5ad71b2ce5302211f9c61530b329a4922fc6a4
 SHARED_TIKTOKEN := $(CURDIR)/../shared/data/tiktoken/cl100k_base.tiktoken
+CHROMIUM := /usr/bin/chromium
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The local embedder's model ships inside a pip package: never reach for a model hub.
 export HF_HUB_OFFLINE ?= 1
 
 DEMO_ZONE    := demo
 DEMO_SOURCES := pipeline query workers docs config tests README.md Makefile pyproject.toml
 
-.PHONY: demo test test-faults bench install lint typecheck down clean
+.PHONY: demo test test-faults bench install lint typecheck down clean flower-screenshot
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +25,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
 	touch $@
 
-install: $(VENV)/.installed $(TIKTOKEN_CL100K)
+install: $(VENV)/.installed $(TIKTOKEN_CL100K) $(CHROMIUM)
+
+# Debian's Chromium, which the Flower dashboard test drives (tests/integration/test_flower_browser.py).
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
 $(TIKTOKEN_CL100K):
 	mkdir -p $(TIKTOKEN_CACHE_DIR)
@@ -52,6 +59,10 @@ test: install
 # The fault-injection tests alone (docs/reliability.md).
 test-faults: install
 	$(BIN)/python -m pytest -m faults tests/integration/faults
+
+# The README's Flower screenshot, taken by the browser test on a fresh embedded stack.
+flower-screenshot: install
+	SHARDFUSE_SCREENSHOT=docs/images/flower.png $(BIN)/python -m pytest -q tests/integration/test_flower_browser.py
 
 bench: install
 	@if ls tests/benchmarks/bench_*.py >/dev/null 2>&1; then \
