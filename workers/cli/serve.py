@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kombu import Connection
+from kombu.connection import Connection
 from kombu.exceptions import KombuError
 from redis import RedisError
 
