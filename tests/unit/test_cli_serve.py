@@ -8,6 +8,7 @@ broker with no worker, and a broker with an in-thread Celery worker registered u
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import subprocess
@@ -232,10 +233,19 @@ def test_ping_fails_when_no_worker_answers(broker: str) -> None:
 
 def test_ping_succeeds_when_this_hosts_worker_of_the_pool_answers(broker: str) -> None:
     app = Celery("ping-target", broker=broker, set_as_current=False)
-    app.conf.update(accept_content=["json"], task_serializer="json", result_serializer="json")
-    with start_worker(app, pool="solo", perform_ping_check=False, hostname=f"query@{socket.gethostname()}"):
-        answered = ping(broker, "query", "--timeout", "3")
-        other_pool = ping(broker, "ingest", "--timeout", "1")
+    app.conf.update(accept_content=["json"], task_serializer="json", result_serializer="json",
+                    worker_hijack_root_logger=False)
+    # Celery's logging set-up for the in-thread worker changes the root logger's level and handlers; later
+    # tests of this process read log records, so it is put back as it was.
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, hostname=f"query@{socket.gethostname()}"):
+            answered = ping(broker, "query", "--timeout", "3")
+            other_pool = ping(broker, "ingest", "--timeout", "1")
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
     assert answered.returncode == 0, answered.stderr
     assert "pong" in answered.stdout
     assert other_pool.returncode == 1  # the answer of another pool's worker does not count
