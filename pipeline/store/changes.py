@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
@@ -32,8 +31,8 @@ class DocumentChange:
     # The default model's vectors, one per chunk; None when the zone's writes no longer fill that column.
     embeddings: npt.NDArray[np.float32] | None = field(default=None, compare=False)
     # Other models' vectors by model name (pipeline.store.embedding_columns): a zone being reindexed.
-    model_embeddings: Mapping[str, npt.NDArray[np.float32]] = field(
-        default_factory=lambda: MappingProxyType({}), compare=False)
+    # (A plain dict: changes are pickled to the benchmarks' loader processes.)
+    model_embeddings: Mapping[str, npt.NDArray[np.float32]] = field(default_factory=dict, compare=False)
     line_count: int = 0
     reason: str | None = None
     # Chunks the entropy filter dropped, by reason; stored on the document row.
