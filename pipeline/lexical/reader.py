@@ -160,13 +160,8 @@ class LexicalShardReader:
             if manifest is None:
                 return Generation(key=key, manifest=None)
             try:
-                if (
-                    previous is not None
-                    and previous.manifest is not None
-                    and previous.manifest.generation == manifest.generation
-                    and previous.manifest.directory == manifest.directory
-                ):
-                    if previous.manifest.delta == manifest.delta:
+                if previous is not None and previous.manifest is not None and _same_base(previous.manifest, manifest):
+                    if _same_delta(previous.manifest, manifest):
                         return previous.with_key(key)
                     # Same generation, new delta: keep the mapped files and caches, load the small delta.
                     return previous.with_delta(key, manifest, self._load_delta(manifest, previous))
@@ -246,3 +241,13 @@ class LexicalShardReader:
             masks=MaskCache(codes=zone_codes, max_bytes=self._mask_cache_bytes),
             positions=Positions(chunk_ids),
         )
+
+
+# A rebuild after a shard's folder was lost numbers generations (and deltas) from 1 again, so a name alone does
+# not identify what was built: its build time does too.
+def _same_base(a: ShardManifest, b: ShardManifest) -> bool:
+    return (a.generation, a.directory, a.created_at) == (b.generation, b.directory, b.created_at)
+
+
+def _same_delta(a: ShardManifest, b: ShardManifest) -> bool:
+    return (a.delta, a.delta_created_at) == (b.delta, b.delta_created_at)

@@ -31,7 +31,7 @@ class DocumentChange:
     # The default model's vectors, one per chunk; None when the zone's writes no longer fill that column.
     embeddings: npt.NDArray[np.float32] | None = field(default=None, compare=False)
     # Other models' vectors by model name (pipeline.store.embedding_columns): a zone being reindexed.
-    # (A plain dict: changes are pickled to the benchmarks' loader processes.)
+    # A plain dict: the benchmarks' loader processes receive changes by copy, which a mappingproxy refuses.
     model_embeddings: Mapping[str, npt.NDArray[np.float32]] = field(default_factory=dict, compare=False)
     line_count: int = 0
     reason: str | None = None

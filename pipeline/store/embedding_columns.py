@@ -27,17 +27,10 @@ from psycopg import sql
 
 from pipeline.errors import ConfigurationError
 from pipeline.settings import DEFAULT_MODEL, MODEL_NAME
+from pipeline.store.schema import column_typmod
 
 # Any constant works; it only has to be the same in every process (the shard number is the second key).
 _MODELS_LOCK_KEY = 0x5346_4D44
-
-FILL_MODELS_DDL = """
-CREATE TABLE IF NOT EXISTS {schema}.fill_models (
-    zone        text        PRIMARY KEY,
-    models      text[]      NOT NULL,
-    updated_at  timestamptz NOT NULL DEFAULT now()
-);
-"""
 
 
 def column_for(model: str) -> str:
@@ -76,15 +69,7 @@ def fill_models(conn: psycopg.Connection[Any], schema: sql.Identifier) -> dict[s
 
 def column_dimensions(conn: psycopg.Connection[Any], schema: str, model: str) -> int | None:
     """The dimensions of ``model``'s column in the shard, or None when the column does not exist."""
-    row = conn.execute(
-        """
-        SELECT a.atttypmod FROM pg_attribute a
-        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %s AND c.relname = 'chunks' AND a.attname = %s AND NOT a.attisdropped
-        """,
-        (schema, column_for(model)),
-    ).fetchone()
-    return None if row is None else int(row[0])
+    return column_typmod(conn, schema, column_for(model), table="chunks")
 
 
 def set_fill_models(conn: psycopg.Connection[Any], schema: str, shard: int, *, zone: str,

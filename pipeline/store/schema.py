@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from psycopg import sql
 
 from pipeline.errors import ConfigurationError
-from pipeline.store.embedding_columns import FILL_MODELS_DDL
 from pipeline.store.vector_index import BuildSettings, create_index_sql, index_state_ddl, is_deferred
 
 SHARED_SCHEMA = "shardfuse"
@@ -51,7 +52,13 @@ CREATE TABLE IF NOT EXISTS {schema}.chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_zone_path ON {schema}.chunks (zone, path);
 CREATE INDEX IF NOT EXISTS documents_status ON {schema}.documents (status) WHERE status <> 'indexed';
-""" + FILL_MODELS_DDL
+-- Per zone, the embedding models its writes fill (pipeline/store/embedding_columns.py); none: the default.
+CREATE TABLE IF NOT EXISTS {schema}.fill_models (
+    zone        text        PRIMARY KEY,
+    models      text[]      NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+"""
 
 # Columns added to ``chunks`` after shards existed, each with the statement that adds it. ALTER TABLE takes
 # an ACCESS EXCLUSIVE lock even when IF NOT EXISTS makes it a no-op, and this runs at every worker start:
@@ -148,7 +155,7 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
         conn.execute(ddl)
         for table, added in (("chunks", _ADDED_CHUNK_COLUMNS), ("documents", _ADDED_DOCUMENT_COLUMNS)):
             for column, statement in added.items():
-                if _column(conn, schema, column, table=table) is None:
+                if column_typmod(conn, schema, column, table=table) is None:
                     conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
         conn.execute(index_state_ddl(schema))
         # The HNSW index, unless a bulk load deferred it: then the maintenance task builds it, not start-up.
@@ -164,10 +171,10 @@ def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:
 
 
 def _embedding_dimensions(conn: psycopg.Connection[object], schema: str) -> int | None:
-    return _column(conn, schema, "embedding", table="chunks")
+    return column_typmod(conn, schema, "embedding", table="chunks")
 
 
-def _column(conn: psycopg.Connection[object], schema: str, column: str, *, table: str) -> int | None:
+def column_typmod(conn: psycopg.Connection[Any], schema: str, column: str, *, table: str) -> int | None:
     """The type modifier of a column of one of the shard's tables (a vector's dimensions; -1 for types
     without one), or None when the table or the column does not exist."""
     row = conn.execute(
@@ -178,4 +185,4 @@ def _column(conn: psycopg.Connection[object], schema: str, column: str, *, table
         """,
         (schema, table, column),
     ).fetchone()
-    return int(row[0]) if row else None  # type: ignore[index]
+    return int(row[0]) if row else None

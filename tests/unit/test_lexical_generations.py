@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -168,3 +169,17 @@ def test_searches_from_many_threads_during_rebuilds(tmp_path: Path) -> None:
     assert not errors
     assert reader.search("generation15", zone="z", k=1)[0].chunk_id.startswith("v15-")
     assert reader.generation == 16
+
+
+def test_reader_loads_a_rebuild_that_reuses_a_lost_generation_number(tmp_path: Path) -> None:
+    # `shardfuse rebuild-bm25` after the shard's folder was lost numbers generations from 1 again: the reader
+    # must load the rebuilt files, not keep the arrays it mapped from the deleted folder of the same name.
+    assert _build(tmp_path, ["apple orchard"], version=1) == 1
+    reader = LexicalShardReader(tmp_path, 0)
+    assert [h.chunk_id for h in reader.search("apple", zone="z", k=5)] == ["v1-0"]
+    shutil.rmtree(tmp_path / "shard_0")
+
+    assert _build(tmp_path, ["banana plantation"], version=2) == 1
+
+    assert [h.chunk_id for h in reader.search("banana", zone="z", k=5)] == ["v2-0"]
+    assert reader.search("apple", zone="z", k=5) == []

@@ -7,8 +7,6 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -44,12 +42,6 @@ def register(sub: Any) -> None:
     s.set_defaults(handler=run_status)
 
 
-@contextmanager
-def _pools(settings: Settings) -> Iterator[ShardPools]:
-    with ShardPools(settings, min_size=1, max_size=2) as pools:
-        yield pools
-
-
 def _stage(settings: Settings, pools: ShardPools, model: str) -> EmbeddingStage:
     embedder_settings = settings.embedder_for(model)
     embedder = build_embedder(embedder_settings, models_dir=settings.models_dir)
@@ -69,7 +61,7 @@ def _progress(what: str) -> tuple[Progress, Any]:
 
 
 def run_step(args: argparse.Namespace, settings: Settings) -> int:
-    with _pools(settings) as pools:
+    with ShardPools(settings, min_size=1, max_size=2) as pools:
         job = ZoneReindex(settings=settings, stores=pools.stores(), shared_pool=pools.shared, zone=args.zone,
                           model=args.model, build=build_settings(settings.vector_index), batch_size=args.batch_size)
         if args.step in ("start", "switch"):
@@ -114,7 +106,7 @@ def _print_shards(job: ZoneReindex) -> None:
 
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
-    with _pools(settings) as pools:
+    with ShardPools(settings, min_size=1, max_size=2) as pools:
         with pools.shared.connection() as conn:
             ensure_shared_schema(conn)
             states = [s for s in zone_models.all_zone_models(conn) if args.zone in (None, s.zone)]
