@@ -3,9 +3,11 @@
 The stages, each a pure function elsewhere in ``query/`` except the fan-out:
 
 1. :func:`query.router.route` picks the over-fetch multiplier and the legs' weights from the query text;
-2. every shard reports its share of the zone's term statistics, summed so BM25 IDFs are zone-wide
-   (:mod:`pipeline.lexical.stats`), while the query is embedded;
-3. both legs run on every shard at once and are merged across shards by score;
+2. the query is embedded and the vector leg's searches are sent to every shard (PostgreSQL works on them
+   while this process runs the keyword leg);
+3. every shard reports its share of the zone's term statistics, summed so BM25 IDFs are zone-wide
+   (:mod:`pipeline.lexical.stats`), then the keyword leg searches every shard; both legs are merged across
+   shards by score;
 4. optionally (off by default), :class:`query.expansion.QueryExpander` adds keyword and vector legs for
    LLM-written variants of the query, unless the keyword leg's top hit is already decisive;
 5. :func:`query.fusion.fuse` fuses the legs; the fused hits are hydrated from their shards;
@@ -96,12 +98,11 @@ class SearchService:
         # Per shard, a counter every committed write bumps: part of the cache key.
         self._write_versions = write_versions
         self._expander = expander
-        # Shard-level work (one leg or fetch on one shard; never waits on another future) runs on ``_pool``,
-        # two legs per shard at once. A whole keyword leg (statistics, then every shard's search, then the
-        # merge) waits on shard work, so it runs on ``_phases``: waiting on the pool it feeds could deadlock.
+        # Shard-level work (one vector search or fetch on one shard; never waits on another future) runs on
+        # ``_pool``. An expansion's extra keyword legs run on ``_phases``, beside its extra vector legs.
         # Both live as long as the service (one per worker process).
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self._shards)), thread_name_prefix="shard")
-        # Sized for several concurrent requests (the query pool runs threads): a leg only waits, never computes.
+        # Sized for several concurrent requests (the query pool runs threads).
         self._phases = ThreadPoolExecutor(max_workers=8, thread_name_prefix="leg")
 
     def close(self) -> None:
@@ -150,17 +151,20 @@ class SearchService:
         plan = route(request.query) if _on(request.route, settings.router.enabled) else NEUTRAL
         limit = max(math.ceil(request.k * settings.over_fetch * plan.limit_multiplier), settings.min_leg_depth)
 
-        # The whole keyword leg runs while the query is embedded.
-        keyword = (self._phases.submit(self._keyword_leg, request.query, request, limit)
-                   if request.mode.uses_keyword else None)
-        legs: dict[str, _Leg] = {}
+        # The vector leg is the long one (an HNSW search per shard, in PostgreSQL): its searches are sent
+        # first, and the keyword leg (numpy in this process) runs while the server works on them.
+        vector: list[tuple[int, Future[tuple[list[LegHit], float]]]] | None = None
         if request.mode.uses_vector:
             t = time.perf_counter()
             embedding = embedder.embed_query(request.query)
             timings["embed"] = _ms(t)
-            legs[VECTOR] = _merge(self._submit_vector(embedding, request, limit, model.name), limit)
+            vector = self._submit_vector(embedding, request, limit, model.name)
+        keyword = self._keyword_leg(request.query, request, limit) if request.mode.uses_keyword else None
+        legs: dict[str, _Leg] = {}
+        if vector is not None:
+            legs[VECTOR] = _merge(vector, limit)
         if keyword is not None:
-            legs[KEYWORD] = keyword.result()
+            legs[KEYWORD] = keyword
         for name, leg in legs.items():
             timings[name] = leg.ms
 
