@@ -16,6 +16,7 @@ from pipeline.settings import Settings
 from workers.broker_transport import TRANSPORT
 from workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue
 from workers.runtime import RuntimeHolder
+from workers.serialization import JSON_ONLY
 
 TASK_MODULES = (
     "workers.tasks.ingest",
@@ -41,13 +42,8 @@ def stamp_published(headers: dict[str, Any] | None = None, **_: Any) -> None:
 
 def create_app(settings: Settings) -> Celery:
     app = Celery("shardfuse", broker=settings.broker.url, backend=settings.broker.result_backend)
+    app.conf.update(JSON_ONLY)
     app.conf.update(
-        # JSON only: any richer content type from a compromised publisher could run code on the workers.
-        task_serializer="json",
-        result_serializer="json",
-        accept_content=["json"],
-        result_accept_content=["json"],
-        event_serializer="json",  # Celery's default, stated: monitoring events (Flower) are messages too
         # A message is acknowledged after its effect is committed; a worker killed mid-task leaves it
         # to be redelivered. Every task is idempotent, so running twice is harmless.
         task_acks_late=True,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
 
 import psycopg
 import redis
@@ -23,6 +23,7 @@ from pipeline import metrics
 from pipeline.deadletters import dead_letter_count
 from pipeline.errors import ShardfuseError
 from pipeline.metric_totals import MetricTotals, label_names, read_totals
+from pipeline.metrics import Series
 from pipeline.settings import Settings
 from pipeline.store import vector_index
 from pipeline.store.schema import shard_schema
@@ -35,27 +36,21 @@ log = logging.getLogger(__name__)
 NAMESPACE = "shardfuse"
 # A scrape waits this long at most for PostgreSQL to accept a connection.
 CONNECT_TIMEOUT_S = 3
+V = TypeVar("V")
 
 
 def totals_families(totals: MetricTotals) -> list[Metric]:
     """Every counter and histogram series flushed to Redis, as metric families."""
     families: list[Metric] = []
-    for name in sorted({n for n, _ in totals.counters}):
-        series = {s: v for s, v in totals.counters.items() if s[0] == name}
-        keys = label_names(series)
+    for name, keys, rows in _by_metric(totals.counters):
         family = CounterMetricFamily(f"{NAMESPACE}_{name}", metrics.HELP.get(name, name), labels=keys)
-        for (_, labels), value in sorted(series.items()):
-            have = dict(labels)
-            family.add_metric([have.get(k, "") for k in keys], value)
+        for values, value in rows:
+            family.add_metric(values, value)
         families.append(family)
-    for name in sorted({n for n, _ in totals.histograms}):
-        hist_series = {s: h for s, h in totals.histograms.items() if s[0] == name}
-        keys = label_names(hist_series)
+    for name, keys, hist_rows in _by_metric(totals.histograms):
         histogram = HistogramMetricFamily(f"{NAMESPACE}_{name}", metrics.HELP.get(name, name), labels=keys)
-        for (_, labels), hist in sorted(hist_series.items()):
-            have = dict(labels)
-            histogram.add_metric([have.get(k, "") for k in keys],
-                                 [(floatToGoString(bound), count) for bound, count in hist.buckets], hist.sum)
+        for values, hist in hist_rows:
+            histogram.add_metric(values, [(floatToGoString(bound), count) for bound, count in hist.buckets], hist.sum)
         families.append(histogram)
     ratio = GaugeMetricFamily(f"{NAMESPACE}_embedding_cache_hit_ratio",
                               "Share of distinct chunk texts the embedding cache answered, since counting began.",
@@ -67,6 +62,15 @@ def totals_families(totals: MetricTotals) -> list[Metric]:
             ratio.add_metric([model], hits / looked_up)
     families.append(ratio)
     return families
+
+
+def _by_metric(series: Mapping[Series, V]) -> Iterator[tuple[str, list[str], list[tuple[list[str], V]]]]:
+    """Per metric name: the label names its series use, and each series' label values (in that order; "" for
+    a label the series lacks) with its value."""
+    for name in sorted({n for n, _ in series}):
+        mine = sorted(((labels, value) for (n, labels), value in series.items() if n == name), key=lambda row: row[0])
+        keys = label_names((name, labels) for labels, _ in mine)
+        yield name, keys, [([dict(labels).get(k, "") for k in keys], value) for labels, value in mine]
 
 
 def _gauge(name: str, documentation: str, labels: list[str] | None = None) -> GaugeMetricFamily:

@@ -163,6 +163,7 @@ def test_send_task_from_an_unrelated_process_matches_the_cli(stack: Stack) -> No
         "import json, sys\n"
         "from celery import Celery\n"
         f"app = Celery(broker={broker!r}, backend={backend!r})\n"
+        "app.conf.update(task_serializer='json', accept_content=['json'], result_accept_content=['json'])\n"
         "r = app.send_task('shardfuse.search', kwargs={'query': 'remote procedure call', 'zone': 'rpc', 'k': 5},"
         " queue='query')\n"
         "print(json.dumps(r.get(timeout=30)))\n"

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+from celery import Celery
+
 from pipeline.settings import Settings
 from workers.app_factory import create_app
 from workers.names import Queue, Task
+from workers.serialization import control_app
 
 
-def test_messages_and_results_are_json_only() -> None:
-    conf = create_app(Settings()).conf
+@pytest.mark.parametrize("build", [lambda: create_app(Settings()), lambda: control_app("redis://127.0.0.1:1/0")],
+                         ids=["app", "control-app"])
+def test_messages_and_results_are_json_only(build: Callable[[], Celery]) -> None:
+    conf = build().conf
     assert (conf.task_serializer, conf.result_serializer) == ("json", "json")
     assert list(conf.accept_content) == ["json"] and list(conf.result_accept_content) == ["json"]
     assert conf.event_serializer == "json"

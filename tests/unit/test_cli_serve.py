@@ -27,6 +27,7 @@ from tests.support.socket_redis import socket_redis
 from workers.cli import main as cli_main
 from workers.cli import serve
 from workers.names import QUEUE_POOLS, QUEUE_PREFETCH, Queue
+from workers.serialization import JSON_ONLY
 from workers.stack import celery_processes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -215,8 +216,7 @@ def test_ping_fails_when_no_worker_answers(broker: str) -> None:
 
 def test_ping_succeeds_when_this_hosts_worker_of_the_pool_answers(broker: str) -> None:
     app = Celery("ping-target", broker=broker, set_as_current=False)
-    app.conf.update(accept_content=["json"], task_serializer="json", result_serializer="json",
-                    worker_hijack_root_logger=False)
+    app.conf.update(JSON_ONLY, worker_hijack_root_logger=False)
     # Celery's logging set-up for the in-thread worker changes the root logger's level and handlers; later
     # tests of this process read log records, so it is put back as it was.
     root = logging.getLogger()

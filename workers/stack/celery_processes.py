@@ -16,12 +16,12 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from celery import Celery
 from kombu.exceptions import KombuError
 from redis import RedisError
 
 from pipeline.settings import Settings, WorkerSettings
 from workers.names import QUEUE_POOLS, QUEUE_PREFETCH, Queue
+from workers.serialization import control_app
 from workers.stack.addresses import Endpoint
 
 # The Celery application every worker and Flower loads. A module attribute (read at call time) so that
@@ -128,7 +128,7 @@ def answering_workers(broker_url: str, nodenames: Iterable[str], *, timeout: flo
     wanted = list(nodenames)
     if not wanted:
         return set()
-    app = Celery(broker=broker_url, set_as_current=False)
+    app = control_app(broker_url)
     try:
         replies = app.control.ping(destination=wanted, timeout=timeout) or []
     except (KombuError, RedisError, OSError):
