@@ -43,6 +43,7 @@ from pipeline.store.embedding_columns import (
 )
 from pipeline.store.schema import ensure_shared_schema, shard_schema
 from pipeline.store.vector_index import BuildSettings, create_index_sql, index_valid
+from pipeline.store.vector_types import shard_vector_type
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +134,9 @@ class ZoneReindex:
                     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {s}.{i}").format(
                         s=sql.Identifier(schema), i=sql.Identifier(name)))
                 conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (f"{self._build.memory_mb}MB",))
-                conn.execute(create_index_sql(schema, self._build, concurrently=True, column=column_for(self.model),
-                                              name=name))
+                column = column_for(self.model)
+                conn.execute(create_index_sql(schema, self._build, concurrently=True, column=column, name=name,
+                                              vector_type=shard_vector_type(conn, schema, column)))
 
     def report(self) -> list[ShardReport]:
         """Per shard: the zone's chunks, how many lack the model's vector, and whether its index is built."""

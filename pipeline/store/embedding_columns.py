@@ -28,6 +28,7 @@ from psycopg import sql
 from pipeline.errors import ConfigurationError
 from pipeline.settings import DEFAULT_MODEL, MODEL_NAME
 from pipeline.store.schema import column_typmod
+from pipeline.store.vector_types import shard_vector_type
 
 # Any constant works; it only has to be the same in every process (the shard number is the second key).
 _MODELS_LOCK_KEY = 0x5346_4D44
@@ -82,11 +83,13 @@ def set_fill_models(conn: psycopg.Connection[Any], schema: str, shard: int, *, z
     with conn.transaction():
         conn.execute("SELECT set_config('lock_timeout', '30s', true)")
         conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_MODELS_LOCK_KEY, shard))
+        vector_type = shard_vector_type(conn, schema)  # every model's column has the shard's type
         for model in models:
             existing = column_dimensions(conn, schema, model)
             if existing is None:
-                conn.execute(sql.SQL("ALTER TABLE {s}.chunks ADD COLUMN IF NOT EXISTS {c} vector({d})").format(
-                    s=ident, c=sql.Identifier(column_for(model)), d=sql.Literal(dimensions[model])))
+                conn.execute(sql.SQL("ALTER TABLE {s}.chunks ADD COLUMN IF NOT EXISTS {c} {t}({d})").format(
+                    s=ident, c=sql.Identifier(column_for(model)), t=sql.SQL(vector_type),
+                    d=sql.Literal(dimensions[model])))
             elif existing != dimensions[model]:
                 raise ConfigurationError(
                     f"shard {shard} holds {existing}-dimensional vectors for model {model!r} but it is configured "

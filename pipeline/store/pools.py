@@ -68,4 +68,5 @@ def build_settings(settings: VectorIndexSettings) -> BuildSettings:
         ef_construction=settings.ef_construction,
         memory_mb=settings.build_memory_mb,
         parallel_workers=workers,
+        storage=settings.storage,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -21,12 +21,24 @@ CHUNK_TYPES: tuple[str, ...] = (
     "int4", "int4", "int4", "text", "jsonb", "jsonb", "vector",
     "text", "text[]", "text", "text",
 )  # fmt: skip
+_EMBEDDING = CHUNK_COLUMNS.index("embedding")
 
 
-def chunk_rows(change: DocumentChange, models: Sequence[str] = ()) -> Iterator[tuple[Any, ...]]:
+def chunk_types(vector_type: str) -> list[str]:
+    """:data:`CHUNK_TYPES` for a shard whose embeddings are of ``vector_type`` (vector or halfvec)."""
+    return [vector_type if i == _EMBEDDING else t for i, t in enumerate(CHUNK_TYPES)]
+
+
+def _as_is(vector: Any) -> Any:
+    return vector
+
+
+def chunk_rows(change: DocumentChange, models: Sequence[str] = (), *,
+               vector: Callable[[Any], Any] = _as_is) -> Iterator[tuple[Any, ...]]:
     """One COPY row per chunk of an indexed change: :data:`CHUNK_COLUMNS`, then one vector per model of
     ``models`` (other models' columns, :mod:`pipeline.store.embedding_columns`). A model the change has no
-    vectors of (the default one, for a zone that left it) is NULL."""
+    vectors of (the default one, for a zone that left it) is NULL. ``vector`` turns each float32 array into
+    what the shard's column type takes (:func:`pipeline.store.vector_types.copy_value`)."""
     event = change.event
     metadata = Jsonb(event.metadata) if event.metadata else None
     count = len(change.chunks)
@@ -50,10 +62,10 @@ def chunk_rows(change: DocumentChange, models: Sequence[str] = ()) -> Iterator[t
             chunk.chunk_hash,
             metadata,
             None if symbols is None else Jsonb(symbols),  # NULL: not code, or code that defines nothing
-            embedding,
+            vector(embedding),
             chunk.language,
             list(chunk.heading_path),
             chunk.context.replace("\x00", "\ufffd"),
             None if chunk.context_source is None else chunk.context_source.value,
-            *(vectors[i] for vectors in others),
+            *(vector(vectors[i]) for vectors in others),
         )

@@ -9,6 +9,7 @@ from psycopg import sql
 
 from pipeline.errors import ConfigurationError
 from pipeline.store.vector_index import BuildSettings, create_index_sql, index_state_ddl, is_deferred
+from pipeline.store.vector_types import VectorType, choose, column_type
 
 SHARED_SCHEMA = "shardfuse"
 # Any constant works; it only has to be the same in every process that creates schemas.
@@ -48,7 +49,7 @@ CREATE TABLE IF NOT EXISTS {schema}.chunks (
     chunk_hash  text    NOT NULL,
     metadata    jsonb,
     symbols     jsonb,
-    embedding   vector({dimensions}) NOT NULL
+    embedding   {vector_type}({dimensions}) NOT NULL
 );
 CREATE INDEX IF NOT EXISTS chunks_zone_path ON {schema}.chunks (zone, path);
 CREATE INDEX IF NOT EXISTS documents_status ON {schema}.documents (status) WHERE status <> 'indexed';
@@ -134,8 +135,9 @@ def shard_schema(shard: int) -> str:
 
 
 def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensions: int,
-                        build: BuildSettings | None = None) -> None:
-    """Create the shard's schema if missing, and refuse to run against one built for other vectors.
+                        build: BuildSettings | None = None) -> VectorType:
+    """Create the shard's schema if missing, and refuse to run against one built for other vectors; the
+    pgvector type of its embeddings (:mod:`pipeline.store.vector_types`).
 
     Workers start concurrently; ``CREATE ... IF NOT EXISTS`` is not safe against itself, so creation is
     serialised by a transaction-scoped advisory lock. A shard created by an older release gets the
@@ -151,7 +153,14 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
                 f"shard {shard} stores {existing}-dimensional embeddings but the embedder makes {dimensions}: "
                 f"use an embedder with {existing} dimensions or index into a new database"
             )
-        ddl = sql.SQL(_SHARD_DDL).format(schema=sql.Identifier(schema), dimensions=sql.Literal(dimensions))
+        vector_type = column_type(conn, schema, "embedding") or choose(conn, build.storage, dimensions=dimensions)
+        if build.storage not in ("auto", vector_type):
+            raise ConfigurationError(
+                f"shard {shard} stores its embeddings as {vector_type} but vector_index.storage is {build.storage!r}: "
+                f"a shard keeps the type it was created with; set storage to 'auto' or index into a new database"
+            )
+        ddl = sql.SQL(_SHARD_DDL).format(schema=sql.Identifier(schema), dimensions=sql.Literal(dimensions),
+                                         vector_type=sql.SQL(vector_type))
         conn.execute(ddl)
         for table, added in (("chunks", _ADDED_CHUNK_COLUMNS), ("documents", _ADDED_DOCUMENT_COLUMNS)):
             for column, statement in added.items():
@@ -160,7 +169,8 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
         conn.execute(index_state_ddl(schema))
         # The HNSW index, unless a bulk load deferred it: then the maintenance task builds it, not start-up.
         if not is_deferred(conn, schema):
-            conn.execute(create_index_sql(schema, build, concurrently=False))
+            conn.execute(create_index_sql(schema, build, concurrently=False, vector_type=vector_type))
+    return vector_type
 
 
 def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:

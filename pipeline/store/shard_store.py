@@ -14,12 +14,12 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from pipeline.settings import DEFAULT_MODEL
-from pipeline.store import embedding_columns, reads, vector_index
+from pipeline.store import embedding_columns, reads, vector_index, vector_types
 from pipeline.store.changes import ApplyOutcome, DocStatus, DocumentChange
 from pipeline.store.connections import pooled_connection, reading_connection
 from pipeline.store.filters import ChunkFilter
 from pipeline.store.reads import ChunkRecord, VectorHit
-from pipeline.store.rows import CHUNK_COLUMNS, CHUNK_TYPES, chunk_rows
+from pipeline.store.rows import CHUNK_COLUMNS, chunk_rows, chunk_types
 from pipeline.store.schema import ensure_shard_schema, shard_schema
 from pipeline.store.vector_index import BuildSettings
 
@@ -62,13 +62,20 @@ class ShardStore:
         self.dimensions = dimensions
         self.index = index or BuildSettings()
         self._schema = sql.Identifier(shard_schema(shard))
+        self._vector_type: vector_types.VectorType | None = None  # fixed when the shard was created
 
     def _q(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(s=self._schema)
 
     def ensure_schema(self) -> None:
         with self._connection() as conn:
-            ensure_shard_schema(conn, self.shard, dimensions=self.dimensions, build=self.index)
+            self._vector_type = ensure_shard_schema(conn, self.shard, dimensions=self.dimensions, build=self.index)
+
+    def _vector_type_of(self, conn: psycopg.Connection[Any]) -> vector_types.VectorType:
+        """The pgvector type of the shard's embeddings (read once: a shard keeps the type it was created with)."""
+        if self._vector_type is None:
+            self._vector_type = vector_types.shard_vector_type(conn, shard_schema(self.shard))
+        return self._vector_type
 
     # -- the HNSW index (pipeline.store.vector_index) ----------------------------------------------------
     def vector_index_deferred(self) -> bool:
@@ -175,10 +182,12 @@ class ShardStore:
             copy_sql = sql.SQL("COPY {s}.chunks ({cols}) FROM STDIN WITH (FORMAT BINARY)").format(
                 s=self._schema, cols=sql.SQL(", ").join(map(sql.Identifier, columns))
             )
+            vector_type = self._vector_type_of(cur.connection)
+            vector = vector_types.copy_value(vector_type)
             with cur.copy(copy_sql) as copy:
-                copy.set_types([*CHUNK_TYPES, *("vector" for _ in others)])
+                copy.set_types([*chunk_types(vector_type), *(vector_type for _ in others)])
                 for change in writes:
-                    for row in chunk_rows(change, others):
+                    for row in chunk_rows(change, others, vector=vector):
                         copy.write_row(row)
         cur.executemany(
             self._q(

@@ -25,6 +25,8 @@ from typing import Any
 import psycopg
 from psycopg import errors, sql
 
+from pipeline.store.vector_types import Storage, VectorType, cosine_opclass, shard_vector_type
+
 log = logging.getLogger(__name__)
 
 INDEX_NAME = "chunks_embedding_hnsw"
@@ -57,6 +59,7 @@ class BuildSettings:
     ef_construction: int = 64
     memory_mb: int = 512
     parallel_workers: int = 1
+    storage: Storage = "auto"  # the type of a new shard's embeddings (pipeline.store.vector_types)
 
 
 def index_state_ddl(schema: str) -> sql.Composed:
@@ -65,14 +68,16 @@ def index_state_ddl(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema))
 
 
-def create_index_sql(schema: str, build: BuildSettings, *, concurrently: bool, column: str = "embedding",
-                     name: str = INDEX_NAME) -> sql.Composed:
-    """The HNSW index over ``column`` (another model's column when a zone is reindexed)."""
+def create_index_sql(schema: str, build: BuildSettings, *, concurrently: bool, vector_type: VectorType,
+                     column: str = "embedding", name: str = INDEX_NAME) -> sql.Composed:
+    """The HNSW index over ``column`` (another model's column when a zone is reindexed), whose pgvector type
+    is ``vector_type`` (:func:`pipeline.store.vector_types.column_type`)."""
     return sql.SQL(
-        "CREATE INDEX {how} IF NOT EXISTS {name} ON {s}.chunks USING hnsw ({column} vector_cosine_ops) "
+        "CREATE INDEX {how} IF NOT EXISTS {name} ON {s}.chunks USING hnsw ({column} {opclass}) "
         "WITH (m = {m}, ef_construction = {ef})"
     ).format(
         how=sql.SQL("CONCURRENTLY" if concurrently else ""),
+        opclass=sql.SQL(cosine_opclass(vector_type)),
         name=sql.Identifier(name),
         column=sql.Identifier(column),
         s=sql.Identifier(schema),
@@ -138,7 +143,8 @@ def build_index(dsn: str, schema: str, build: BuildSettings) -> float | None:
             conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (f"{build.memory_mb}MB",))
             conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)",
                          (str(build.parallel_workers),))
-            conn.execute(create_index_sql(schema, build, concurrently=True))
+            vector_type = shard_vector_type(conn, schema)
+            conn.execute(create_index_sql(schema, build, concurrently=True, vector_type=vector_type))
             conn.execute(sql.SQL("DELETE FROM {s}.index_state WHERE name = %s").format(s=sql.Identifier(schema)),
                          (_MARKER,))
             seconds = time.monotonic() - started
