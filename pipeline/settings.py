@@ -120,11 +120,11 @@ VectorStorage = Literal["auto", "vector", "halfvec"]
 class VectorIndexSettings(_Section):
     """Each shard's HNSW index (see :mod:`pipeline.store.vector_index`)."""
 
-    # Graph parameters of new indexes (pgvector's defaults).
-    m: int = Field(default=16, ge=2, le=100)
     # The type of new shards' embedding columns: "auto" is halfvec (2 bytes a dimension) where the server's
     # pgvector is 0.7 or newer, else vector; "halfvec" refuses an older server. A shard keeps its type.
     storage: VectorStorage = "auto"
+    # Graph parameters of new indexes (pgvector's defaults).
+    m: int = Field(default=16, ge=2, le=100)
     ef_construction: int = Field(default=64, ge=4, le=1000)
     # Bulk loads: a load of at least this many rows coming at a shard, and large next to it, is written
     # without the index, which is built once the queues are empty (0 never defers).

@@ -156,3 +156,16 @@ def test_pgvector_0_6_gets_vector_and_refuses_halfvec_with_a_clear_error(stack: 
             ShardStore(store.pool, 0, dimensions=DIM, index=wanting).ensure_schema()
         with pytest.raises(ConfigurationError, match=r"pgvector is 0\.6\.\d+ \(halfvec needs 0\.7\)"):
             ShardStore(store.pool, 1, dimensions=DIM, index=wanting).ensure_schema()
+
+
+def test_3072_dimensions_are_indexed_as_halfvec_and_refused_as_vector(pool: ConnectionPool[Any]) -> None:
+    # text-embedding-3-large makes 3072 dimensions: over pgvector's 2000 for an HNSW index on vector.
+    with pytest.raises(ConfigurationError, match="at most 2000 dimensions as vector, and the embedder makes 3072"):
+        ShardStore(pool, 0, dimensions=3072, index=BuildSettings(storage="vector")).ensure_schema()
+    store = ShardStore(pool, 0, dimensions=3072)
+    store.ensure_schema()
+    vectors = np.random.default_rng(11).standard_normal((3, 3072)).astype(np.float32)
+    store.apply([_write("wide", vectors)])
+    assert store.vector_search(vectors[1], zone="z", limit=1, ef_search=40)[0].chunk_id == chunk_id("z", "wide", 1, 1)
+    with pool.connection() as conn:
+        assert "halfvec_cosine_ops" in _indexdef(conn, "chunks_embedding_hnsw")
