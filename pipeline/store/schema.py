@@ -8,6 +8,7 @@ import psycopg
 from psycopg import sql
 
 from pipeline.errors import ConfigurationError
+from pipeline.store import catalog
 from pipeline.store.vector_index import BuildSettings, create_index_sql, index_state_ddl, is_deferred
 from pipeline.store.vector_types import VectorType, choose, column_type
 
@@ -187,12 +188,5 @@ def _embedding_dimensions(conn: psycopg.Connection[object], schema: str) -> int 
 def column_typmod(conn: psycopg.Connection[Any], schema: str, column: str, *, table: str) -> int | None:
     """The type modifier of a column of one of the shard's tables (a vector's dimensions; -1 for types
     without one), or None when the table or the column does not exist."""
-    row = conn.execute(
-        """
-        SELECT a.atttypmod FROM pg_attribute a
-        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND NOT a.attisdropped
-        """,
-        (schema, table, column),
-    ).fetchone()
-    return int(row[0]) if row else None
+    found = catalog.column(conn, schema, table, column)
+    return None if found is None else found.typmod

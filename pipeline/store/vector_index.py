@@ -25,7 +25,8 @@ from typing import Any
 import psycopg
 from psycopg import errors, sql
 
-from pipeline.store.vector_types import Storage, VectorType, cosine_opclass, shard_vector_type
+from pipeline.settings import VectorStorage
+from pipeline.store.vector_types import VectorType, cosine_opclass, shard_vector_type
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class BuildSettings:
     ef_construction: int = 64
     memory_mb: int = 512
     parallel_workers: int = 1
-    storage: Storage = "auto"  # the type of a new shard's embeddings (pipeline.store.vector_types)
+    storage: VectorStorage = "auto"  # the type of a new shard's embeddings (pipeline.store.vector_types)
 
 
 def index_state_ddl(schema: str) -> sql.Composed:

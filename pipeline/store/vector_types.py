@@ -23,9 +23,9 @@ from pgvector import HalfVector
 
 from pipeline.errors import ConfigurationError
 from pipeline.settings import VectorStorage
+from pipeline.store import catalog
 
 VectorType = Literal["vector", "halfvec"]
-Storage = VectorStorage
 VECTOR: VectorType = "vector"
 HALFVEC: VectorType = "halfvec"
 
@@ -42,7 +42,7 @@ def pgvector_version(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
     return tuple(int(part) for part in str(row[0]).split(".") if part.isdigit())
 
 
-def choose(conn: psycopg.Connection[Any], storage: Storage, *, dimensions: int) -> VectorType:
+def choose(conn: psycopg.Connection[Any], storage: VectorStorage, *, dimensions: int) -> VectorType:
     """The type a new shard's embeddings get under ``storage``; a type the server cannot index is refused."""
     version = pgvector_version(conn)
     has_halfvec = version >= HALFVEC_SINCE
@@ -62,20 +62,12 @@ def choose(conn: psycopg.Connection[Any], storage: Storage, *, dimensions: int) 
 
 def column_type(conn: psycopg.Connection[Any], schema: str, column: str, *, table: str = "chunks") -> VectorType | None:
     """The pgvector type of a column of one of the shard's tables; None when it does not exist."""
-    row = conn.execute(
-        """
-        SELECT t.typname FROM pg_attribute a
-        JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-        JOIN pg_type t ON t.oid = a.atttypid
-        WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND NOT a.attisdropped
-        """,
-        (schema, table, column),
-    ).fetchone()
-    if row is None:
+    found = catalog.column(conn, schema, table, column)
+    if found is None:
         return None
-    if row[0] not in (VECTOR, HALFVEC):
-        raise ConfigurationError(f"{schema}.{table}.{column} is of type {row[0]}, not vector or halfvec")
-    return HALFVEC if row[0] == HALFVEC else VECTOR
+    if found.type_name not in (VECTOR, HALFVEC):
+        raise ConfigurationError(f"{schema}.{table}.{column} is of type {found.type_name}, not vector or halfvec")
+    return HALFVEC if found.type_name == HALFVEC else VECTOR
 
 
 def shard_vector_type(conn: psycopg.Connection[Any], schema: str, column: str = "embedding") -> VectorType:

@@ -32,7 +32,7 @@ from pipeline.models import Chunk, chunk_id
 from pipeline.store import DocStatus, DocumentChange, ShardStore
 from pipeline.store.connections import open_pool
 from pipeline.store.vector_index import BuildSettings
-from pipeline.store.vector_types import column_type, pgvector_version
+from pipeline.store.vector_types import VectorType, column_type, pgvector_version
 from tests.benchmarks import scale
 from tests.support.pgvector_server import pgvector_08_server
 
@@ -41,7 +41,7 @@ QUERIES = 500
 DIMENSIONS = 384
 EF_SEARCH = 100
 BATCH = 500
-TYPES = ("vector", "halfvec")
+TYPES: tuple[VectorType, ...] = ("vector", "halfvec")
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_halfvec_against_vector(server: Any) -> None:
                 conn.execute(f"CREATE DATABASE {name}")
             pool = open_pool(server.get_uri(database=name), max_size=2)
             pools.append(pool)
-            store = ShardStore(pool, 0, dimensions=DIMENSIONS, index=BuildSettings(storage=kind))  # type: ignore[arg-type]
+            store = ShardStore(pool, 0, dimensions=DIMENSIONS, index=BuildSettings(storage=kind))
             store.ensure_schema()
             with pool.connection() as conn:
                 figures["pgvector"] = ".".join(map(str, pgvector_version(conn)))

@@ -187,12 +187,12 @@ def bare_copy(stack: Stack, *, source_zone: str, index_present: bool = True) -> 
                           m=settings.vector_index.m, ef_construction=settings.vector_index.ef_construction)
     dimensions = _embedding_dimensions(dsn)
     payloads: list[bytes] = []
-    vector_types: list[str] = []
+    shard_types: list[str] = []
     rows = 0
     with psycopg.connect(dsn) as source, psycopg.connect(target, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         for shard in range(settings.shards):
-            vector_types.append(ensure_shard_schema(conn, shard, dimensions=dimensions, build=build))
+            shard_types.append(ensure_shard_schema(conn, shard, dimensions=dimensions, build=build))
             if not index_present:
                 conn.execute(f'DROP INDEX "{shard_schema(shard)}"."{INDEX_NAME}"')
             buffer = bytearray()
@@ -218,7 +218,7 @@ def bare_copy(stack: Stack, *, source_zone: str, index_present: bool = True) -> 
                     conn.autocommit = True
                     conn.execute(f"SET maintenance_work_mem = '{build.memory_mb}MB'")
                     conn.execute(create_index_sql(shard_schema(shard), build, concurrently=False,
-                                                  vector_type=vector_types[shard]))
+                                                  vector_type=shard_types[shard]))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
 
