@@ -29,7 +29,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md __init__.py ./
 COPY pipeline/ pipeline/
 COPY query/ query/
 COPY workers/ workers/

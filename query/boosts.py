@@ -24,7 +24,8 @@ A candidate's factor is ``field × exactness + symbol bonuses``:
   all match each other and the query "how do we parse event payloads"; ``event`` matches any query with
   the word "event"; a symbol whose parts are all stopwords never matches.
 
-Terms come from :class:`pipeline.lexical.Tokenizer` without stemming (so "chunk" does not match "chunks").
+Terms come from :class:`shardfuse.pipeline.index.lexical.Tokenizer` without stemming (so "chunk" does not match
+"chunks").
 The query is prepared once (:func:`prepare_query`); per candidate the work is tokenizing a few short
 fields and one scan of the text for the phrase.
 """
@@ -38,8 +39,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from pipeline.lexical.tokenizer import STOPWORDS, Tokenizer, split_identifier
-from pipeline.settings import BoostSettings
+from shardfuse.pipeline.config.settings import BoostSettings
+from shardfuse.pipeline.index.lexical.tokenizer import STOPWORDS, Tokenizer, split_identifier
 
 T = TypeVar("T")
 

@@ -7,11 +7,11 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from pipeline.errors import InvalidQueryError
-from pipeline.events import bad_character, quoted
-from pipeline.settings import DEFAULT_MODEL, MODEL_NAME
-from pipeline.store.filters import ChunkFilter
-from query.fusion import Fusion
+from shardfuse.pipeline.config.settings import DEFAULT_MODEL, MODEL_NAME
+from shardfuse.pipeline.core.errors import InvalidQueryError
+from shardfuse.pipeline.core.events import bad_character, quoted
+from shardfuse.pipeline.index.store.filters import ChunkFilter
+from shardfuse.query.fusion import Fusion
 
 _ZONE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 MAX_QUERY_CHARS = 4096

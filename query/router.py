@@ -10,7 +10,7 @@
 - ``keyword_weight`` / ``vector_weight`` — RRF leg weights ``1 ± MAX_LEAN · lean``. Identifier-like tokens,
   quoted phrases, code symbols and one- or two-word queries lean keyword; questions and long descriptive
   sentences lean vector. The two weights always sum to 2 (the convention of
-  :func:`query.fusion.rrf_weighted`), so each lies in [0.7, 1.3]: the favoured leg counts at most
+  :func:`shardfuse.query.fusion.rrf_weighted`), so each lies in [0.7, 1.3]: the favoured leg counts at most
   1.3 / 0.7 ≈ 1.9 times the other, enough to break ties between single-leg hits without reshaping a
   ranking in which most of the top hits are found by both legs.
 

@@ -2,16 +2,18 @@
 
 The stages, each a pure function elsewhere in ``query/`` except the fan-out:
 
-1. :func:`query.router.route` picks the over-fetch multiplier and the legs' weights from the query text;
+1. :func:`shardfuse.query.router.route` picks the over-fetch multiplier and the legs' weights from the query text;
 2. the query is embedded and the vector leg's searches are sent to every shard (PostgreSQL works on them
    while this process runs the keyword leg);
 3. every shard reports its share of the zone's term statistics, summed so BM25 IDFs are zone-wide
-   (:mod:`pipeline.lexical.stats`), then the keyword leg searches every shard; both legs are merged across
+   (:mod:`shardfuse.pipeline.index.lexical.stats`), then the keyword leg searches every shard; both legs are merged
+   across
    shards by score;
-4. optionally (off by default), :class:`query.expansion.QueryExpander` adds keyword and vector legs for
+4. optionally (off by default), :class:`shardfuse.query.expansion.expander.QueryExpander` adds keyword and vector legs
+for
    LLM-written variants of the query, unless the keyword leg's top hit is already decisive;
-5. :func:`query.fusion.fuse` fuses the legs; the fused hits are hydrated from their shards;
-6. :func:`query.boosts.rerank` applies field, exactness and symbol boosts, then :func:`diversify` caps
+5. :func:`shardfuse.query.fusion.fuse` fuses the legs; the fused hits are hydrated from their shards;
+6. :func:`shardfuse.query.boosts.rerank` applies field, exactness and symbol boosts, then :func:`diversify` caps
    chunks per file and only the top ``full_text_top_n`` results carry their full text.
 """
 
@@ -27,19 +29,19 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.embeddings import Embedder
-from pipeline.errors import InvalidQueryError
-from pipeline.lexical.stats import combine
-from pipeline.settings import DEFAULT_MODEL, QuerySettings
-from pipeline.store import ChunkRecord
-from query.boosts import NO_BOOST, Boost, Candidate, prepare_query, rerank
-from query.cache import ResultCache, cache_key, settings_fingerprint
-from query.expansion import Expansion, QueryExpander
-from query.fusion import KEYWORD, VECTOR, FusedHit, fuse
-from query.ranking import diversify, snippet
-from query.request import SearchRequest
-from query.router import NEUTRAL, Route, route
-from query.shards import LegHit, ShardSearcher
+from shardfuse.pipeline.config.settings import DEFAULT_MODEL, QuerySettings
+from shardfuse.pipeline.core.errors import InvalidQueryError
+from shardfuse.pipeline.embed.providers import Embedder
+from shardfuse.pipeline.index.lexical.stats import combine
+from shardfuse.pipeline.index.store import ChunkRecord
+from shardfuse.query.boosts import NO_BOOST, Boost, Candidate, prepare_query, rerank
+from shardfuse.query.expansion.expander import Expansion, QueryExpander
+from shardfuse.query.fusion import KEYWORD, VECTOR, FusedHit, fuse
+from shardfuse.query.ranking import diversify, snippet
+from shardfuse.query.request import SearchRequest
+from shardfuse.query.result_cache import ResultCache, cache_key, settings_fingerprint
+from shardfuse.query.router import NEUTRAL, Route, route
+from shardfuse.query.shard_legs import LegHit, ShardSearcher
 
 # An expansion leg counts this much of the leg it extends, shared among that kind's expansion legs: the
 # original query stays the strongest evidence.
@@ -47,7 +49,7 @@ EXPANSION_SHARE = 0.5
 
 
 class QueryModels(Protocol):
-    """The embedding model each zone's queries use (``pipeline/store/zone_models.py``) and its embedders."""
+    """The embedding model each zone's queries use (``pipeline/index/store/zone_models.py``) and its embedders."""
 
     def active(self, zone: str) -> str: ...
 

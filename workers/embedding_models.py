@@ -3,7 +3,7 @@ reindexed zone uses, each built on first use: its embedder, its embedding stage 
 retries) for the embed pool, and its cached query embedder for the query pool.
 
 The query pool asks :meth:`EmbeddingModels.active` which model a zone's queries use
-(``pipeline/store/zone_models.py``); ``query/search.py`` takes this object as its ``QueryModels``.
+(``pipeline/index/store/zone_models.py``); ``query/search.py`` takes this object as its ``QueryModels``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 
 import redis
 
-from pipeline.embeddings import Embedder, build_embedder, request_batch_size
-from pipeline.embeddings.backpressure import build_backpressure
-from pipeline.embeddings.query_cache import CachedQueryEmbedder
-from pipeline.embeddings.stage import EmbeddingStage
-from pipeline.settings import EmbedderProvider, EmbedderSettings, Settings
-from pipeline.store.embedding_cache import EmbeddingCache
-from pipeline.store.zone_models import ActiveModels
+from shardfuse.pipeline.config.settings import EmbedderProvider, EmbedderSettings, Settings
+from shardfuse.pipeline.embed.limiters.backpressure import build_backpressure
+from shardfuse.pipeline.embed.providers import Embedder, build_embedder, request_batch_size
+from shardfuse.pipeline.embed.query_cache import CachedQueryEmbedder
+from shardfuse.pipeline.embed.stage import EmbeddingStage
+from shardfuse.pipeline.index.store.embedding_cache import EmbeddingCache
+from shardfuse.pipeline.index.store.zone_models import ActiveModels
 
 T = TypeVar("T")
 

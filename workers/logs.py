@@ -1,7 +1,7 @@
 """Structured logs: one JSON object per line, carrying what the line is about.
 
 ``[logging] format = "json"`` (``SHARDFUSE_LOGGING__FORMAT=json``) switches the workers (through Celery's
-logger set-up signals, :mod:`workers.observability`) and the CLI to :class:`JsonFormatter`; ``"text"``
+logger set-up signals, :mod:`shardfuse.workers.observability`) and the CLI to :class:`JsonFormatter`; ``"text"``
 leaves every format as it was.
 
 Each line holds ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``, ``hostname``, ``pid``, and,

@@ -14,11 +14,11 @@ from typing import Any
 
 import redis
 
-from pipeline.freshness import Bm25Freshness
-from pipeline.lexical import Tokenizer, read_manifest
-from pipeline.settings import Settings
-from workers.broker_inbox import inbox_depths
-from workers.names import PIPELINE_QUEUES, PUBLISHED_HEADER, Queue
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.index.lexical import Tokenizer, read_manifest
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.workers.broker.inbox import inbox_depths
+from shardfuse.workers.names import PIPELINE_QUEUES, PUBLISHED_HEADER, Queue
 
 _PRIORITY_SEP = "\x06\x16"
 # How long the pipeline must look idle before ``wait_until_indexed`` believes it.
@@ -57,7 +57,7 @@ def unacked_by_queue(client: redis.Redis) -> dict[str, int]:
 def oldest_waiting_s(client: redis.Redis, *, now: float | None = None) -> dict[str, float | None]:
     """Per queue, how long the message next in line has been waiting since it was (re)published; None when
     the queue is empty or the message carries no publish time (``shardfuse_published``, set by every
-    shardfuse publisher: see :func:`workers.app_factory.stamp_published`)."""
+    shardfuse publisher: see :func:`shardfuse.workers.app.stamp_published`)."""
     now = time.time() if now is None else now
     ages: dict[str, float | None] = {}
     for queue in Queue:

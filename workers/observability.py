@@ -1,5 +1,5 @@
-"""A worker's metrics and log lines: wired to Celery's signals (see :mod:`pipeline.metrics`,
-:mod:`workers.logs`).
+"""A worker's metrics and log lines: wired to Celery's signals (see :mod:`shardfuse.pipeline.observability.metrics`,
+:mod:`shardfuse.workers.logs`).
 
 - Metrics: a worker flushes its counts to the broker's Redis. The recorder is connected when the worker
   starts (``worker_init``, before a prefork pool forks; each child starts a flusher of its own at its first
@@ -16,8 +16,8 @@ from typing import Any
 
 from celery import Celery, signals
 
-from pipeline import metrics
-from workers.logs import set_log_fields, use_format
+from shardfuse.pipeline.observability import metrics
+from shardfuse.workers.logs import set_log_fields, use_format
 
 
 def connect_observability(app: Celery) -> Callable[[], None]:

@@ -10,12 +10,12 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from pipeline import metrics
-from pipeline.errors import StoreUnavailableError
-from pipeline.events import WriteEvent
-from pipeline.settings import Settings
-from workers.app_factory import create_app
-from workers.names import Task
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.core.events import WriteEvent
+from shardfuse.pipeline.observability import metrics
+from shardfuse.workers.app import create_app
+from shardfuse.workers.names import Task
 
 
 class CeleryEventSink:

@@ -18,33 +18,33 @@ import redis
 from celery import Celery, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 
-from pipeline.batching import EmbedBatcher
-from pipeline.bulk_load import BulkLoadGate
-from pipeline.cas import LocalContentStore
-from pipeline.chunk_registry import RedisChunkRegistry
-from pipeline.context.factory import build_contextualizer
-from pipeline.context.llm import LlmContextualizer
-from pipeline.embeddings import Embedder, build_embedder, request_batch_size
-from pipeline.embeddings.query_cache import CachedQueryEmbedder
-from pipeline.freshness import Bm25Freshness
-from pipeline.leases import DocumentLeases
-from pipeline.lexical import LexicalShardReader, Tokenizer
-from pipeline.liveness import Heartbeat, new_holder_id
-from pipeline.settings import Settings
-from pipeline.store import ShardPools, ShardStore
-from pipeline.store.context_cache import PostgresContextCache
-from pipeline.store.schema import ensure_shared_schema
-from pipeline.store.vector_index import DeferPolicy
-from pipeline.tokens import TokenCounter
-from query.cache import RedisResultCache
-from query.expansion import QueryExpander, RedisExpansionCache
-from query.search import SearchService
-from query.shards import StoreShardSearcher
-from workers import monitor
-from workers.embedding_models import EmbeddingModels, build_stage
-from workers.names import Queue
-from workers.names import Task as TaskName
-from workers.redelivery import DeliveryWatch
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.coordination.chunk_registry import RedisChunkRegistry
+from shardfuse.pipeline.coordination.leases import DocumentLeases
+from shardfuse.pipeline.coordination.liveness import Heartbeat, new_holder_id
+from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.embed.batcher import EmbedBatcher
+from shardfuse.pipeline.embed.providers import Embedder, build_embedder, request_batch_size
+from shardfuse.pipeline.embed.query_cache import CachedQueryEmbedder
+from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.store import ShardPools, ShardStore
+from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
+from shardfuse.pipeline.index.store.context_cache import PostgresContextCache
+from shardfuse.pipeline.index.store.schema import ensure_shared_schema
+from shardfuse.pipeline.index.store.vector_index import DeferPolicy
+from shardfuse.pipeline.ingest.context.factory import build_contextualizer
+from shardfuse.pipeline.ingest.context.llm import LlmContextualizer
+from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.query.expansion.expander import QueryExpander, RedisExpansionCache
+from shardfuse.query.result_cache import RedisResultCache
+from shardfuse.query.search import SearchService
+from shardfuse.query.shard_legs import StoreShardSearcher
+from shardfuse.workers import monitor
+from shardfuse.workers.broker.redelivery import DeliveryWatch
+from shardfuse.workers.embedding_models import EmbeddingModels, build_stage
+from shardfuse.workers.names import Queue
+from shardfuse.workers.names import Task as TaskName
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -293,7 +293,7 @@ def connect_signals(app: Celery) -> None:
 
 def _rebuild_watchdog(app: Celery, settings: Settings, client: redis.Redis) -> Callable[[], None]:
     """A maintenance worker's beat: send the rebuild of a shard left behind with no maintenance work
-    anywhere (:class:`workers.monitor.LostRebuilds`: its message was lost while the broker was down), so
+    anywhere (:class:`shardfuse.workers.monitor.LostRebuilds`: its message was lost while the broker was down), so
     it is searchable by keyword again without waiting for the next write to it or a ``shardfuse wait``."""
     lost = monitor.LostRebuilds(settings)
 

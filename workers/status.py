@@ -7,17 +7,17 @@ from typing import Any
 import psycopg
 import redis
 
-from pipeline import metrics
-from pipeline.deadletters import dead_letter_count, recent_dead_letters
-from pipeline.errors import ShardfuseError
-from pipeline.metric_totals import MetricTotals, read_totals
-from pipeline.settings import Settings
-from pipeline.store import ShardPools
-from pipeline.store.inspection import chunk_quality
-from workers import monitor
-from workers.broker_inbox import UNREADABLE_KEY
-from workers.redelivery import orphan_grace_s, orphaned_tags
-from workers.stack import StackState
+from shardfuse.pipeline.admin.dead_letters import dead_letter_count, recent_dead_letters
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import ShardfuseError
+from shardfuse.pipeline.index.store import ShardPools
+from shardfuse.pipeline.index.store.inspection import chunk_quality
+from shardfuse.pipeline.observability import metrics
+from shardfuse.pipeline.observability.metric_totals import MetricTotals, read_totals
+from shardfuse.workers import monitor
+from shardfuse.workers.broker.inbox import UNREADABLE_KEY
+from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
+from shardfuse.workers.stack import StackState
 
 
 def collect_status(settings: Settings, *, state: StackState | None) -> dict[str, Any]:
@@ -39,10 +39,11 @@ def collect_status(settings: Settings, *, state: StackState | None) -> dict[str,
         # Delivered to a worker that stopped beating: the next heartbeat of a live worker puts them back.
         status["held_by_dead_workers"] = len(orphaned_tags(client,
                                                            grace_s=orphan_grace_s(settings.delivery.dead_after_s)))
-        # Messages that were no kombu envelope at all, kept aside by the transport (workers.broker_inbox).
+        # Messages that were no kombu envelope at all, kept aside by the transport (shardfuse.workers.broker.inbox).
         status["unreadable_messages"] = int(client.llen(UNREADABLE_KEY))
         status["bm25"] = monitor.bm25_lag(settings, client)
-        # Totals every process flushed (pipeline.metrics): what `shardfuse exporter` serves, summed up.
+        # Totals every process flushed (shardfuse.pipeline.observability.metrics): what `shardfuse exporter` serves,
+        # summed up.
         status["metrics"] = metrics_summary(read_totals(client))
     except redis.RedisError as exc:
         status["broker_error"] = str(exc)

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import PermanentError
+from shardfuse.pipeline.core.errors import PermanentError
 
 
 @dataclass(frozen=True, slots=True)

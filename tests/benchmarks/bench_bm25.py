@@ -3,8 +3,10 @@
 Corpus: :func:`tests.benchmarks.scale.corpus` chunked by the pipeline's own chunker (``prepare_chunks`` with the
 default settings, via :func:`tests.benchmarks.direct_load.prepare`), the first documents up to 100,000 chunks
 (``SHARDFUSE_BENCH_CHUNKS`` for quick runs); each chunk's ``indexed_text`` is what both engines index. No stack:
-our index is built by :func:`pipeline.lexical.build_shard_index` into a temporary directory as one shard and
-searched by :class:`pipeline.lexical.LexicalShardReader` (mmap), as a query worker searches one shard: the zone's
+our index is built by :func:`shardfuse.pipeline.index.lexical.build_shard_index` into a temporary directory as one
+shard and
+searched by :class:`shardfuse.pipeline.index.lexical.LexicalShardReader` (mmap), as a query worker searches one shard:
+the zone's
 term statistics, then the search with them (our sparse-column scorer over bm25s's score matrix, zone mask,
 top-k). ``rank_bm25`` gets the same tokens (our tokenizer: the comparison is of the engines), the same ``k1``
 and ``b``, and ranks with ``get_scores`` then a top-10 cut. Same 1,000 distinct queries
@@ -28,8 +30,8 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from pipeline.lexical import LexicalShardReader, Tokenizer, build_shard_index
-from pipeline.settings import load_settings
+from shardfuse.pipeline.config.settings import load_settings
+from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer, build_shard_index
 from tests.benchmarks import direct_load, scale
 
 CHUNKS = int(os.environ.get("SHARDFUSE_BENCH_CHUNKS", "100000"))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import statistics
 import time
 
-from pipeline.chunking import chunk_text
-from pipeline.tokens import TokenCounter
+from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text
 from tests.benchmarks.scale import report
-from tests.unit.test_chunking import _stdlib_source
+from tests.unit.pipeline.ingest.test_token_windows import _stdlib_source
 
 GOAL_S = 3.0
 

@@ -37,18 +37,18 @@ import numpy as np
 import pytest
 from celery import Celery
 
-from pipeline.events import Op, WriteEvent
-from pipeline.models import Chunk, PreparedDocument
-from pipeline.settings import Settings, load_settings
-from pipeline.sharding import shard_for
-from pipeline.store import DocStatus, DocumentChange, ShardPools, ShardStore
-from pipeline.store.schema import ensure_shard_schema
+from shardfuse.pipeline.config.settings import Settings, load_settings
+from shardfuse.pipeline.core.documents import Chunk, PreparedDocument
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.core.sharding import shard_for
+from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardPools, ShardStore
+from shardfuse.pipeline.index.store.schema import ensure_shard_schema
+from shardfuse.workers.app import create_app
+from shardfuse.workers.names import Queue, Task
+from shardfuse.workers.stack import down, up
+from shardfuse.workers.stack.celery_processes import answering_workers, celery_env, worker_command
 from tests.integration.ports import free_port
 from tests.support.embeddings_server import FakeEmbeddingsServer
-from workers.app_factory import create_app
-from workers.names import Queue, Task
-from workers.stack import down, up
-from workers.stack.celery_processes import answering_workers, celery_env, worker_command
 
 DOCUMENTS = 2000
 CHUNKS_PER_DOCUMENT = 3
@@ -271,7 +271,7 @@ def test_republishing_with_one_paragraph_changed_embeds_only_the_changed_chunks(
 def test_shard_write_floor(servers: Settings) -> None:
     """PostgreSQL's own cost of writing the benchmark's chunks, with nothing else running: per row with the
     HNSW index maintained row by row, per row with the index deferred, and per row to build the index over
-    the loaded rows afterwards (the figures behind pipeline/store/vector_index.py's cost model)."""
+    the loaded rows afterwards (the figures behind pipeline/index/store/vector_index.py's cost model)."""
     settings = servers
     rng = np.random.default_rng(0)
     figures: dict[str, float] = {}

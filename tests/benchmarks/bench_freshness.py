@@ -26,15 +26,15 @@ import psycopg
 import pytest
 import redis
 
-from pipeline.events import Op, WriteEvent
-from pipeline.freshness import Bm25Freshness
-from pipeline.lexical import LexicalShardReader, Tokenizer, read_manifest
-from pipeline.lexical.manifest import write_manifest
-from pipeline.lexical.updates import ShardIndexer
-from pipeline.models import Chunk
-from pipeline.store.changes import DocStatus, DocumentChange
-from pipeline.store.pools import ShardPools
-from pipeline.store.shard_store import ShardStore
+from shardfuse.pipeline.core.documents import Chunk
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer, read_manifest
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.lexical.manifest import write_manifest
+from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.pipeline.index.store.changes import DocStatus, DocumentChange
+from shardfuse.pipeline.index.store.pools import ShardPools
+from shardfuse.pipeline.index.store.shard_store import ShardStore
 from tests.benchmarks.scale import bench_stack, corpus, report, summary_ms
 
 pytestmark = pytest.mark.timeout(3600)

@@ -26,13 +26,13 @@ import numpy as np
 import psycopg
 import pytest
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.events import Op, WriteEvent
-from pipeline.models import Chunk, chunk_id
-from pipeline.store import DocStatus, DocumentChange, ShardStore
-from pipeline.store.connections import open_pool
-from pipeline.store.vector_index import BuildSettings
-from pipeline.store.vector_types import VectorType, column_type, pgvector_version
+from shardfuse.pipeline.core.documents import Chunk, chunk_id
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.embed.providers import HashingEmbedder
+from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
+from shardfuse.pipeline.index.store.connections import open_pool
+from shardfuse.pipeline.index.store.vector_index import BuildSettings
+from shardfuse.pipeline.index.store.vector_types import VectorType, column_type, pgvector_version
 from tests.benchmarks import scale
 from tests.support.pgvector_server import pgvector_08_server
 

@@ -27,9 +27,9 @@ import time
 
 import pytest
 
-from pipeline.preparation import prepare_chunks
-from pipeline.settings import Settings
-from pipeline.tokens import TokenCounter
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.ingest.preparation import prepare_chunks
 from tests.benchmarks.scale import (
     Doc,
     bare_copy,

@@ -41,10 +41,10 @@ import numpy as np
 import psutil
 import pytest
 
-from query.request import SearchRequest
+from shardfuse.query.request import SearchRequest
+from shardfuse.workers.client import SearchClient
+from shardfuse.workers.runtime import WorkerRuntime
 from tests.benchmarks import direct_load, scale
-from workers.cli.querying import SearchClient
-from workers.runtime import WorkerRuntime
 
 CHUNKS = int(os.environ.get("SHARDFUSE_BENCH_CHUNKS", "100000"))
 SHARDS = 4

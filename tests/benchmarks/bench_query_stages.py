@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from query.evaluation import load_beir
-from query.router import route
+from shardfuse.query.evaluation import load_beir
+from shardfuse.query.router import route
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 ROUTER_BUDGET_MS = 5.0
@@ -58,7 +58,7 @@ def test_router_is_far_inside_its_budget() -> None:
 def test_onnx_runtime_embeds_a_query_faster_than_torch(tmp_path: Path) -> None:
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("onnxruntime")
-    from pipeline.embeddings import LocalEmbedder
+    from shardfuse.pipeline.embed.providers import LocalEmbedder
 
     queries = _queries()[:200]
     onnx = LocalEmbedder(runtime="onnx", cache_dir=tmp_path)

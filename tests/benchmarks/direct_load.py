@@ -2,14 +2,18 @@
 indexed faster than the pipeline indexes it.
 
 Each document goes through the pipeline's own stages, minus the broker: decoded by
-:func:`pipeline.decode.decode_content`, chunked and contextualized by :func:`pipeline.preparation.prepare_chunks`
-(the ingest stage's call, with the stack's settings), placed by :func:`pipeline.sharding.shard_for`, embedded by the
+:func:`shardfuse.pipeline.ingest.decode.decode_content`, chunked and contextualized by
+:func:`shardfuse.pipeline.ingest.preparation.prepare_chunks`
+(the ingest stage's call, with the stack's settings), placed by :func:`shardfuse.pipeline.core.sharding.shard_for`,
+embedded by the
 stack's embedder (``embed_documents`` over each chunk's ``indexed_text``, as the embed stage does), and written
-by :meth:`pipeline.store.ShardStore.apply` (the embed stage's write path: placeholder rows, version check, binary
+by :meth:`shardfuse.pipeline.index.store.ShardStore.apply` (the embed stage's write path: placeholder rows, version
+check, binary
 ``COPY`` of the chunk rows) in batches, with the HNSW index deferred for the load and built afterwards exactly as
 bulk-load mode does (``defer_vector_index``/``build_vector_index``). Each shard's BM25 index is then built as
 ``shardfuse.bm25_rebuild`` builds it: the freshness counter bumped as a commit would, then a full build (a
-merge, :meth:`pipeline.lexical.updates.ShardIndexer.merge`) with the stack's tokenizer, ``k1``, ``b`` and
+merge, :meth:`shardfuse.pipeline.index.lexical.updates.ShardIndexer.merge`) with the stack's tokenizer, ``k1``, ``b``
+and
 ``keep_generations``. So queries see what the pipeline would have produced.
 """
 
@@ -25,18 +29,18 @@ from dataclasses import dataclass
 
 import redis
 
-from pipeline.decode import Decoded, decode_content
-from pipeline.embeddings import build_embedder
-from pipeline.events import Op, WriteEvent
-from pipeline.freshness import Bm25Freshness
-from pipeline.lexical import Tokenizer
-from pipeline.lexical.updates import ShardIndexer
-from pipeline.models import Chunk
-from pipeline.preparation import prepare_chunks
-from pipeline.settings import Settings
-from pipeline.sharding import shard_for
-from pipeline.store import DocStatus, DocumentChange, ShardPools
-from pipeline.tokens import TokenCounter
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.documents import Chunk
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.core.sharding import shard_for
+from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.embed.providers import build_embedder
+from shardfuse.pipeline.index.lexical import Tokenizer
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardPools
+from shardfuse.pipeline.ingest.decode import Decoded, decode_content
+from shardfuse.pipeline.ingest.preparation import prepare_chunks
 from tests.benchmarks.scale import Doc
 
 APPLY_BATCH = 200  # documents per shard transaction

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 
-from query.evaluation import load_beir
+from shardfuse.query.evaluation import load_beir
 from tests.integration.conftest import Stack, running_stack
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -156,7 +156,7 @@ def _cell(value: Any) -> str:
 
 def publish_many(stack: Stack, zone: str, docs: Sequence[Doc], *, threads: int = 8) -> float:
     """:func:`publish` through ``Publisher.write_many`` (CAS writes overlapped on threads); the seconds it took."""
-    from pipeline.publisher import Write
+    from shardfuse.pipeline.admin.publisher import Write
 
     started = time.perf_counter()
     with stack.publisher() as publisher:
@@ -167,15 +167,15 @@ def publish_many(stack: Stack, zone: str, docs: Sequence[Doc], *, threads: int =
 
 def bare_copy(stack: Stack, *, source_zone: str, index_present: bool = True) -> tuple[int, float]:
     """The physical limit of a shard write on this machine: ``source_zone``'s chunk rows, read out of the
-    pipeline's shards, written into the same shard tables (same DDL, ``pipeline.store.schema``) of a new
+    pipeline's shards, written into the same shard tables (same DDL, ``shardfuse.pipeline.index.store.schema``) of a new
     database by one bare ``COPY … (FORMAT BINARY)`` per shard, the shards' COPYs in parallel as the pipeline
     writes them. With ``index_present`` the HNSW index is there during the COPY; without, it is dropped
     first and built after (timed too). Returns (rows, seconds of the writes)."""
     import threading
     import uuid
 
-    from pipeline.store.schema import ensure_shard_schema, shard_schema
-    from pipeline.store.vector_index import INDEX_NAME, BuildSettings, create_index_sql
+    from shardfuse.pipeline.index.store.schema import ensure_shard_schema, shard_schema
+    from shardfuse.pipeline.index.store.vector_index import INDEX_NAME, BuildSettings, create_index_sql
 
     settings = stack.settings
     dsn = settings.postgres.dsn
@@ -252,10 +252,10 @@ def wait_searchable(stack: Stack, *, timeout: float = 7200, poll_s: float = 0.2)
     nothing (waiting or in flight), every shard's BM25 generation (with its delta) includes every commit,
     and no shard's HNSW index is deferred. Unlike :meth:`Stack.wait` (``shardfuse wait``), maintenance
     work that is only scheduled (a BM25 merge waiting out its countdown) does not count."""
-    from pipeline.store.schema import shard_schema
-    from pipeline.store.vector_index import is_deferred
-    from workers.monitor import broker_client, pending_work
-    from workers.names import Queue
+    from shardfuse.pipeline.index.store.schema import shard_schema
+    from shardfuse.pipeline.index.store.vector_index import is_deferred
+    from shardfuse.workers.monitor import broker_client, pending_work
+    from shardfuse.workers.names import Queue
 
     settings = stack.settings
     client = broker_client(settings)

@@ -1,6 +1,6 @@
 """One real embedded stack per test session: Redis, PostgreSQL + pgvector, the four Celery worker pools
-and Flower, on free loopback ports in a temporary folder, started by ``workers.stack.up`` and stopped by
-``workers.stack.down`` (which must leave no process behind)."""
+and Flower, on free loopback ports in a temporary folder, started by ``shardfuse.workers.stack.up`` and stopped by
+``shardfuse.workers.stack.down`` (which must leave no process behind)."""
 
 from __future__ import annotations
 
@@ -21,16 +21,16 @@ import psutil
 import psycopg
 import pytest
 
-from pipeline.cas import LocalContentStore
-from pipeline.publisher import Publisher
-from pipeline.settings import Settings, load_settings
-from pipeline.store import ShardStore, open_pool
-from pipeline.store.vector_index import BuildSettings
+from shardfuse.pipeline.admin.publisher import Publisher
+from shardfuse.pipeline.config.settings import Settings, load_settings
+from shardfuse.pipeline.index.store import ShardStore, open_pool
+from shardfuse.pipeline.index.store.vector_index import BuildSettings
+from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.workers import monitor
+from shardfuse.workers.client import SearchClient
+from shardfuse.workers.publishing import CeleryEventSink
+from shardfuse.workers.stack import StackState, down, up
 from tests.integration.ports import free_port
-from workers import monitor
-from workers.cli.querying import SearchClient
-from workers.publishing import CeleryEventSink
-from workers.stack import StackState, down, up
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ class Stack:
 
     def cli(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "workers.cli.main", *args],
+            [sys.executable, "-m", "shardfuse.workers.cli.main", *args],
             env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout,
         )
         if check and proc.returncode != 0:

@@ -14,7 +14,7 @@ refuses them too, but their dead letter cannot be written at all (PostgreSQL's `
 the surrogate cannot even be encoded for the ``path`` column), the task fails and the message is
 acknowledged, taking the dead letters of the message's other bad events with it. They travel in messages
 of their own in ``test_a_raw_event_postgres_cannot_store_still_gets_a_dead_letter`` (an expected failure
-until ``pipeline/deadletters.py`` handles them).
+until ``pipeline/admin/dead_letters.py`` handles them).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pipeline.cas import LocalContentStore
-from pipeline.errors import InvalidQueryError
-from pipeline.store.schema import SHARED_SCHEMA
+from shardfuse.pipeline.core.errors import InvalidQueryError
+from shardfuse.pipeline.index.store.schema import SHARED_SCHEMA
+from shardfuse.pipeline.storage.cas import LocalContentStore
 from tests.integration.conftest import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -204,7 +204,7 @@ def _settled_count(stack: Stack, baseline_dead_id: int) -> int:
 
 
 def _ingest_log(stack: Stack) -> str:
-    from workers.stack.layout import StackLayout
+    from shardfuse.workers.stack.layout import StackLayout
 
     return StackLayout(stack.settings.data_path).log_file("worker-ingest").read_text(errors="replace")
 
@@ -216,8 +216,8 @@ def _task_seconds(log: str, task_id: str) -> float | None:
 
 @pytest.fixture(scope="module")
 def published(stack: Stack) -> Iterator[Published]:
-    from workers.app_factory import create_app
-    from workers.names import Task
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
 
     app = create_app(stack.settings)
     cas = LocalContentStore(stack.settings.cas_root)
@@ -401,8 +401,8 @@ def test_k_at_its_limit_and_odd_unicode_queries_are_answered(stack: Stack, publi
                          ids=["lone-surrogate-path", "nan-metadata"])
 def test_a_raw_event_postgres_cannot_store_still_gets_a_dead_letter(stack: Stack, published: Published,
                                                                     changes: dict[str, Any]) -> None:
-    from workers.app_factory import create_app
-    from workers.names import Task
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
 
     baseline = max([0] + [row["id"] for row in _dead_letters_after(stack, 0)])
     raw = {"event_id": f"{MARK}-unstorable", "op": "write", "zone": ZONE, "path": "bad/unstorable.txt",
@@ -413,8 +413,8 @@ def test_a_raw_event_postgres_cannot_store_still_gets_a_dead_letter(stack: Stack
 
 
 def test_a_message_with_an_unknown_argument_gets_a_dead_letter(stack: Stack, published: Published) -> None:
-    from workers.app_factory import create_app
-    from workers.names import Task
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
 
     baseline = max([0] + [row["id"] for row in _dead_letters_after(stack, 0)])
     create_app(stack.settings).send_task(Task.INGEST.value, kwargs={"evnts": [{"zone": ZONE, "marker": MARK}]})

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from pipeline.lexical.manifest import read_manifest
+from shardfuse.pipeline.index.lexical.manifest import read_manifest
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,5 @@
-"""Receiving with BLMOVE into a per-consumer inbox (workers.broker_transport, workers.broker_inbox), against
+"""Receiving with BLMOVE into a per-consumer inbox (shardfuse.workers.broker.transport,
+shardfuse.workers.broker.inbox), against
 a real redis-server: a consumer killed between taking a message and recording it leaves the message in
 its inbox, where the reaper finds it; kombu's own transport loses it there."""
 
@@ -16,14 +17,14 @@ import pytest
 import redis
 from kombu import Connection, Exchange, Producer, Queue
 
-from pipeline.settings import Settings
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers.broker import inbox as broker_inbox
+from shardfuse.workers.broker.inbox import INBOXES_KEY, UNREADABLE_KEY
+from shardfuse.workers.broker.transport import TRANSPORT
+from shardfuse.workers.stack.redis_server import redis_server_binary
+from shardfuse.workers.status import collect_status, format_status
 from tests.integration.conftest import REPO
 from tests.integration.ports import free_port
-from workers import broker_inbox
-from workers.broker_inbox import INBOXES_KEY, UNREADABLE_KEY
-from workers.broker_transport import TRANSPORT
-from workers.stack.redis_server import redis_server_binary
-from workers.status import collect_status, format_status
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ _DIES_ON_RECEIPT = """
 import os, sys
 from kombu import Connection, Queue
 from kombu.transport import redis as kombu_redis
-from workers import broker_transport
+from shardfuse.workers.broker import transport as broker_transport
 
 def die(self, message, delivery_tag):
     print("received", flush=True)

@@ -1,6 +1,6 @@
 """At-least-once delivery against the session's real stack: document leases keep a second worker off a
 document, a dead holder's lease is taken over, and messages a vanished consumer took are put back on their
-queue by a live worker's heartbeat (workers.redelivery) instead of waiting for visibility_timeout."""
+queue by a live worker's heartbeat (shardfuse.workers.broker.redelivery) instead of waiting for visibility_timeout."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import time
 import psycopg
 import pytest
 
-from pipeline.freshness import Bm25Freshness
-from pipeline.leases import DocumentLeases
-from pipeline.liveness import alive_key
-from pipeline.sharding import shard_for
+from shardfuse.pipeline.coordination.leases import DocumentLeases
+from shardfuse.pipeline.coordination.liveness import alive_key
+from shardfuse.pipeline.core.sharding import shard_for
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.workers import monitor
+from shardfuse.workers.app import create_app
+from shardfuse.workers.monitor import LostRebuilds
+from shardfuse.workers.stack.layout import StackLayout
+from shardfuse.workers.status import collect_status, format_status
 from tests.integration.conftest import REPO, Stack
-from workers import monitor
-from workers.app_factory import create_app
-from workers.monitor import LostRebuilds
-from workers.stack.layout import StackLayout
-from workers.status import collect_status, format_status
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,10 @@ pytestmark = pytest.mark.integration
 # (a clean close would hand the message back; os._exit is what kill -9 leaves behind).
 _VANISHING_CONSUMER = """
 import os
-from pipeline.settings import load_settings
-from workers.app_factory import create_app
-from workers.monitor import LostRebuilds
-from workers.stack.layout import StackLayout
+from shardfuse.pipeline.config.settings import load_settings
+from shardfuse.workers.app import create_app
+from shardfuse.workers.monitor import LostRebuilds
+from shardfuse.workers.stack.layout import StackLayout
 
 app = create_app(load_settings())
 conn = app.connection_for_read()

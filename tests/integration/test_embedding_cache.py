@@ -13,9 +13,9 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import StoreUnavailableError
-from pipeline.store import EmbeddingCache, open_pool
+from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.embed.providers import HashingEmbedder
+from shardfuse.pipeline.index.store import EmbeddingCache, open_pool
 from tests.integration.conftest import Stack
 from tests.integration.ports import free_port
 

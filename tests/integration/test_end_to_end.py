@@ -205,8 +205,8 @@ def test_flower_requires_auth_and_lists_a_worker_per_queue(stack: Stack) -> None
 
 
 def test_bad_events_are_dead_lettered_with_a_reason_and_never_block_the_queue(stack: Stack) -> None:
-    from workers.app_factory import create_app
-    from workers.names import Task
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
 
     app = create_app(stack.settings)
     malformed = {"op": "write", "zone": "dlq", "path": "x.txt", "content_hash": "sha256:nothex", "seq": 1}
@@ -231,9 +231,9 @@ def test_bad_events_are_dead_lettered_with_a_reason_and_never_block_the_queue(st
 def test_a_message_of_many_events_settles_each_event_on_its_own(stack: Stack) -> None:
     """One bad event in a message is dead-lettered alone; its neighbours are indexed, and their documents
     reach the embed stage together in one message."""
-    from pipeline.cas import LocalContentStore
-    from workers.app_factory import create_app
-    from workers.names import Task
+    from shardfuse.pipeline.storage.cas import LocalContentStore
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
 
     cas = LocalContentStore(stack.settings.cas_root)
     good = [
@@ -252,10 +252,10 @@ def test_a_message_of_many_events_settles_each_event_on_its_own(stack: Stack) ->
 
 
 def test_a_bulk_load_defers_the_hnsw_index_and_the_maintenance_pool_builds_it_after(stack: Stack) -> None:
-    from pipeline.store import ShardPools
-    from workers.app_factory import create_app
-    from workers.names import Queue
-    from workers.stack.layout import StackLayout
+    from shardfuse.pipeline.index.store import ShardPools
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Queue
+    from shardfuse.workers.stack.layout import StackLayout
 
     log = StackLayout(stack.settings.data_path).log_file("worker-embed")
     dropped_before = log.read_text().count("HNSW index dropped for a bulk load")
@@ -287,16 +287,18 @@ def test_a_bulk_load_defers_the_hnsw_index_and_the_maintenance_pool_builds_it_af
 
 
 def test_a_query_naming_a_function_finds_the_chunk_that_defines_it(stack: Stack) -> None:
-    files = ["pipeline/chunking.py", "pipeline/preparation.py", "pipeline/ingest.py", "docs/architecture.md"]
+    files = ["pipeline/ingest/chunkers/token_windows.py", "pipeline/ingest/preparation.py", "pipeline/ingest/stage.py",
+             "docs/architecture.md"]
     with stack.publisher() as publisher:
         for name in files:
             publisher.write(zone="code", path=name, data=(REPO / name).read_bytes())
     stack.wait()
     for mode in ("hybrid", "keyword"):
         top = stack.search("prepare_chunks", "code", mode=mode, k=3)["results"][0]
-        assert (top["path"], top["primary_symbol"], top["language"]) == ("pipeline/preparation.py", "prepare_chunks",
+        assert (top["path"], top["primary_symbol"], top["language"]) == (
+            "pipeline/ingest/preparation.py", "prepare_chunks",
                                                                         "python")
-        text = (REPO / "pipeline/preparation.py").read_text(encoding="utf-8")
+        text = (REPO / "pipeline/ingest/preparation.py").read_text(encoding="utf-8")
         def_line = text[: text.index("def prepare_chunks(")].count("\n") + 1
         assert top["start_line"] <= def_line <= top["end_line"] and "prepare_chunks" in top["symbols"]
     doc = stack.search("how are a document's old chunks replaced atomically", "code", k=3)["results"]
@@ -306,9 +308,9 @@ def test_a_query_naming_a_function_finds_the_chunk_that_defines_it(stack: Stack)
 def test_dead_letters_can_be_listed_shown_retried_once_fixed_and_purged(stack: Stack) -> None:
     import hashlib
 
-    from pipeline.cas import LocalContentStore
-    from workers.app_factory import create_app
-    from workers.names import Task
+    from shardfuse.pipeline.storage.cas import LocalContentStore
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
 
     data = b"a document about the quokkaroo that arrived before its content"
     content_hash = "sha256:" + hashlib.sha256(data).hexdigest()

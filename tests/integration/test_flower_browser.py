@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from playwright import sync_api
 
+from shardfuse.workers.names import Queue
 from tests.integration.conftest import Stack
-from workers.names import Queue
 
 pytestmark = pytest.mark.integration
 

@@ -16,14 +16,14 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from pipeline.errors import ConfigurationError
-from pipeline.events import Op, WriteEvent
-from pipeline.models import Chunk, chunk_id
-from pipeline.store import DocStatus, DocumentChange, ShardStore
-from pipeline.store.connections import open_pool
-from pipeline.store.embedding_columns import set_fill_models
-from pipeline.store.vector_index import BuildSettings
-from pipeline.store.vector_types import column_type, pgvector_version
+from shardfuse.pipeline.core.documents import Chunk, chunk_id
+from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
+from shardfuse.pipeline.index.store.connections import open_pool
+from shardfuse.pipeline.index.store.embedding_columns import set_fill_models
+from shardfuse.pipeline.index.store.vector_index import BuildSettings
+from shardfuse.pipeline.index.store.vector_types import column_type, pgvector_version
 from tests.integration.conftest import Stack, scratch_store
 from tests.support.pgvector_server import pgvector_08_server
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.store import ShardPools
+from shardfuse.pipeline.index.store import ShardPools
 from tests.integration.conftest import Stack, running_stack
 from tests.support.chat_server import FakeChatServer
 

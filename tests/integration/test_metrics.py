@@ -34,7 +34,7 @@ def exporter(stack: Stack) -> Iterator[str]:
     """``shardfuse exporter`` on a free loopback port; its /metrics URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.cli.main", "exporter", "--address", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "shardfuse.workers.cli.main", "exporter", "--address", "127.0.0.1", "--port", str(port)],
         env=stack.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     url = f"http://127.0.0.1:{port}/metrics"

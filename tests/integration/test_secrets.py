@@ -22,14 +22,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from pipeline.redaction import secret_values, spellings
+from shardfuse.pipeline.config.redaction import secret_values, spellings
+from shardfuse.workers.stack.addresses import StackAddresses
+from shardfuse.workers.stack.celery_processes import flower_ready, worker_nodename
+from shardfuse.workers.stack.errors import StackError
+from shardfuse.workers.stack.layout import StackLayout
+from shardfuse.workers.stack.redis_server import redis_ready
 from tests.integration.conftest import Stack, running_stack
 from tests.integration.ports import free_port
-from workers.stack.addresses import StackAddresses
-from workers.stack.celery_processes import flower_ready, worker_nodename
-from workers.stack.errors import StackError
-from workers.stack.layout import StackLayout
-from workers.stack.redis_server import redis_ready
 
 pytestmark = pytest.mark.integration
 
@@ -122,8 +122,8 @@ def test_task_messages_carry_no_credentials(secured: Stack) -> None:
     documents, never a password or key."""
     from celery.signals import before_task_publish
 
-    from workers.app_factory import create_app
-    from workers.names import Queue
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Queue
 
     published: list[str] = []
 
@@ -158,7 +158,7 @@ def test_task_messages_carry_no_credentials(secured: Stack) -> None:
 
 
 def worker_nodename_for(queue: str) -> str:
-    from workers.names import Queue
+    from shardfuse.workers.names import Queue
 
     return worker_nodename(Queue(queue))
 
@@ -180,7 +180,7 @@ def test_flower_wants_its_credentials_on_every_page_and_api(secured: Stack) -> N
     user, password = secured.settings.flower.user, SECRETS["flower"]
     pages = ["/", "/workers", "/tasks", "/broker", "/api/workers", "/api/workers?refresh=1", "/api/tasks",
              "/api/task/types", "/api/queues/length", f"/worker/{worker_nodename_for('ingest')}"]
-    # Flower cannot inspect queues through our own Redis transport (workers/broker_transport.py): with the
+    # Flower cannot inspect queues through our own Redis transport (workers/broker/transport.py): with the
     # credentials these two answer 404 "broker is not supported" rather than 200. Without them, 401 all the same.
     unsupported = {"/broker", "/api/queues/length"}
     for page in pages:

@@ -21,10 +21,10 @@ import psycopg
 import pytest
 import redis
 
-from pipeline.chunk_registry import RedisChunkRegistry
-from pipeline.preparation import prepare_chunks
-from pipeline.settings import Settings
-from pipeline.tokens import TokenCounter
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.coordination.chunk_registry import RedisChunkRegistry
+from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.ingest.preparation import prepare_chunks
 from tests.integration.conftest import REPO, Stack
 
 pytestmark = pytest.mark.integration
@@ -205,15 +205,16 @@ def test_explain_chunks_and_dead_letters_keep_zones_apart(stack: Stack, tmp_path
     env = {**stack.env, "SHARDFUSE_ENTROPY__ENABLED": "true"}
     outputs = {}
     for zone in (ZONE_A, ZONE_B):
-        proc = subprocess.run([sys.executable, "-m", "workers.cli.main", "explain-chunks", str(source), "--zone",
+        proc = subprocess.run([sys.executable, "-m", "shardfuse.workers.cli.main", "explain-chunks", str(source),
+                               "--zone",
                                zone, "--as", "shared/same.txt", "--json"], env=env, cwd=REPO, capture_output=True,
                               text=True, timeout=180, check=True)  # fmt: skip
         outputs[zone] = [json.loads(line) for line in proc.stdout.splitlines()]
     assert outputs[ZONE_A] == outputs[ZONE_B] and outputs[ZONE_B]
     assert not any("repeated" in row["fate"] for row in outputs[ZONE_B])
 
-    from workers.app_factory import create_app
-    from workers.names import Task
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
 
     app = create_app(stack.settings)
     run = uuid.uuid4().hex[:6]
@@ -259,8 +260,8 @@ def _task_headers(task: str) -> dict[str, Any]:
 
 def _ingest_body(settings: Settings, name: str) -> bytes:
     """The JSON body of an ingest task for a document of its own, holding the word ``<name>term``."""
-    from pipeline.cas import LocalContentStore
-    from pipeline.events import Op, WriteEvent
+    from shardfuse.pipeline.core.events import Op, WriteEvent
+    from shardfuse.pipeline.storage.cas import LocalContentStore
 
     data = f"a document only a {name}term message would index".encode()
     digest = LocalContentStore(settings.cas_root).put(data)
@@ -270,9 +271,9 @@ def _ingest_body(settings: Settings, name: str) -> bytes:
 
 
 def test_a_message_that_is_not_json_is_refused_and_never_run(stack: Stack) -> None:
-    from workers import monitor
-    from workers.names import Queue, Task
-    from workers.stack.layout import StackLayout
+    from shardfuse.workers import monitor
+    from shardfuse.workers.names import Queue, Task
+    from shardfuse.workers.stack.layout import StackLayout
 
     before = {name: comp.pid for name, comp in stack.state.components.items()}
     sends = [  # (queue, task header or None for a message without Celery's headers, name)
@@ -337,8 +338,8 @@ INJECTIONS = [
 def test_injection_strings_are_only_ever_literal_values(stack: Stack) -> None:
     """As paths, metadata, filter values, query text and zone names, through publish → index → search →
     status/dead letters: every one is data. The tables stay, and each filter matches exactly its document."""
-    from workers.app_factory import create_app
-    from workers.names import Task
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
 
     zone = "sec-inj"
     docs = {f"{text}/doc{i}.txt": (f"injected document {i} inj{i}word mentions {text}", {"label": text, "i": i})

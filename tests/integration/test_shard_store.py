@@ -10,13 +10,13 @@ import numpy as np
 import psycopg
 import pytest
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import ConfigurationError
-from pipeline.events import Op, WriteEvent
-from pipeline.models import Chunk, chunk_id
-from pipeline.store import DocStatus, DocumentChange, ShardStore
-from pipeline.store.connections import open_pool
-from pipeline.symbols import extract_symbols, language_for
+from shardfuse.pipeline.core.documents import Chunk, chunk_id
+from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.embed.providers import HashingEmbedder
+from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
+from shardfuse.pipeline.index.store.connections import open_pool
+from shardfuse.pipeline.ingest.symbols import extract_symbols, language_for
 from tests.integration.conftest import Stack, scratch_store
 
 pytestmark = pytest.mark.integration
@@ -191,8 +191,8 @@ def test_lexical_rows_stream_every_chunk(store: ShardStore) -> None:
 
 
 def test_a_filter_matching_one_percent_of_a_20000_chunk_zone_still_returns_k(store: ShardStore, tmp_path) -> None:
-    from pipeline.lexical import LexicalShardReader, build_shard_index
-    from pipeline.store import ChunkFilter
+    from shardfuse.pipeline.index.lexical import LexicalShardReader, build_shard_index
+    from shardfuse.pipeline.index.store import ChunkFilter
 
     changes = []
     for i in range(2000):  # 2,000 documents × 10 chunks; every 100th document is "rare"

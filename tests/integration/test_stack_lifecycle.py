@@ -20,10 +20,10 @@ import psycopg
 import pytest
 import redis
 
-from pipeline.settings import Settings
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers.stack import StackError, StackState, down, read_state, up
+from shardfuse.workers.stack import processes as stack_processes
 from tests.integration.ports import free_port
-from workers.stack import StackError, StackState, down, read_state, up
-from workers.stack import processes as stack_processes
 
 pytestmark = pytest.mark.integration
 

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from pipeline.bulk_load import BulkLoadGate
-from pipeline.embeddings import HashingEmbedder
-from pipeline.events import Op, WriteEvent
-from pipeline.models import Chunk
-from pipeline.store import DocStatus, DocumentChange, ShardStore
-from pipeline.store.vector_index import INDEX_NAME, BuildSettings, DeferPolicy
+from shardfuse.pipeline.core.documents import Chunk
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.embed.providers import HashingEmbedder
+from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
+from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
+from shardfuse.pipeline.index.store.vector_index import INDEX_NAME, BuildSettings, DeferPolicy
 from tests.integration.conftest import Stack, scratch_store
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from unittest import mock
 
 from pydantic import BaseModel
 
-from pipeline.settings import CONFIG_ENV, Settings, TaskLimits, WorkerSettings, load_settings
-from workers.cli.main import build_parser
-from workers.names import QUEUE_POOLS, Queue
+from shardfuse.pipeline.config.settings import CONFIG_ENV, Settings, TaskLimits, WorkerSettings, load_settings
+from shardfuse.workers.cli.main import build_parser
+from shardfuse.workers.names import QUEUE_POOLS, Queue
 
 __all__ = ["ENV_PREFIX", "POOLS", "QUEUES", "check_config_file", "check_env", "cli_check", "hard_limit_s",
            "is_interpolated", "unknown_env"]  # fmt: skip
@@ -83,7 +83,7 @@ def check_env(env: Mapping[str, str], *, config_file: str | os.PathLike[str] | N
     """
     unknown = unknown_env(env)
     if unknown:
-        raise AssertionError(f"unknown settings variables (no such field in pipeline.settings.Settings): {unknown}")
+        raise AssertionError(f"unknown settings variables (no such field of Settings): {unknown}")
     literal = {
         name: value for name, value in env.items()
         if name.upper().startswith(ENV_PREFIX) and name.upper() != CONFIG_ENV and not is_interpolated(value)

@@ -17,7 +17,7 @@ from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit
 
-from pipeline.settings import CONFIG_ENV, Settings
+from shardfuse.pipeline.config.settings import CONFIG_ENV, Settings
 from tests.support.kustomize import render
 from tests.support.kustomize_transformers import walk_pod_specs
 

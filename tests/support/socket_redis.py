@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from workers.stack.redis_server import redis_server_binary
+from shardfuse.workers.stack.redis_server import redis_server_binary
 
 
 @contextlib.contextmanager

@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.decode import Skipped, decode_content
-from pipeline.entropy import filter_chunks
-from pipeline.errors import ConfigurationError
-from pipeline.preparation import filter_settings, prepare_chunks
-from pipeline.settings import Settings
-from pipeline.store import ShardPools
-from pipeline.store.inspection import backfill_events
-from pipeline.tokens import TokenCounter
-from workers.publishing import CeleryEventSink
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.index.store import ShardPools
+from shardfuse.pipeline.index.store.inspection import backfill_events
+from shardfuse.pipeline.ingest.chunk_filter import filter_chunks
+from shardfuse.pipeline.ingest.decode import Skipped, decode_content
+from shardfuse.pipeline.ingest.preparation import filter_settings, prepare_chunks
+from shardfuse.workers.publishing import CeleryEventSink
 
 
 def register(sub: Any) -> None:

@@ -9,12 +9,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pipeline.cas import LocalContentStore
-from pipeline.errors import PermanentError
-from pipeline.publisher import Publisher
-from pipeline.settings import Settings
-from pipeline.sources import iter_source_files
-from workers.publishing import CeleryEventSink
+from shardfuse.pipeline.admin.publisher import Publisher
+from shardfuse.pipeline.admin.sources import iter_source_files
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import PermanentError
+from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.workers.publishing import CeleryEventSink
 
 
 def register(sub: Any) -> None:

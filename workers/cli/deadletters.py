@@ -6,12 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from pipeline.deadletters import get_dead_letter, list_dead_letters, purge_dead_letters, take_dead_letters
-from pipeline.errors import ConfigurationError
-from pipeline.settings import Settings
-from pipeline.store import ShardPools
-from pipeline.store.schema import ensure_shared_schema
-from workers.app_factory import create_app
+from shardfuse.pipeline.admin.dead_letters import (
+    get_dead_letter,
+    list_dead_letters,
+    purge_dead_letters,
+    take_dead_letters,
+)
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.index.store import ShardPools
+from shardfuse.pipeline.index.store.schema import ensure_shared_schema
+from shardfuse.workers.app import create_app
 
 
 def register(sub: Any) -> None:

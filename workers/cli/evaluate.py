@@ -12,17 +12,18 @@ from typing import Any
 
 from tqdm import tqdm
 
-from pipeline.cas import LocalContentStore
-from pipeline.errors import ConfigurationError
-from pipeline.publisher import Publisher
-from pipeline.settings import Settings
-from pipeline.store import ShardPools, ShardStore
-from query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k
-from query.fusion import Fusion
-from query.request import Mode
-from workers import monitor
-from workers.cli.querying import SearchClient, add_stage_switches
-from workers.publishing import CeleryEventSink
+from shardfuse.pipeline.admin.publisher import Publisher
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.index.store import ShardPools, ShardStore
+from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k
+from shardfuse.query.fusion import Fusion
+from shardfuse.query.request import Mode
+from shardfuse.workers import monitor
+from shardfuse.workers.cli.querying import add_stage_switches
+from shardfuse.workers.client import SearchClient
+from shardfuse.workers.publishing import CeleryEventSink
 
 RETRIEVE_K = 100  # deep enough for Recall@100
 

@@ -8,11 +8,21 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from pipeline.errors import ShardfuseError
-from pipeline.settings import Settings, load_settings
-from workers.cli import chunks, content, deadletters, evaluate, maintenance, operations, querying, reindex, serve
-from workers.cli import metrics as exporter_cli
-from workers.logs import configure_cli_logging
+from shardfuse.pipeline.config.settings import Settings, load_settings
+from shardfuse.pipeline.core.errors import ShardfuseError
+from shardfuse.workers.cli import (
+    chunks,
+    content,
+    deadletters,
+    evaluate,
+    maintenance,
+    operations,
+    querying,
+    reindex,
+    serve,
+)
+from shardfuse.workers.cli import metrics as exporter_cli
+from shardfuse.workers.logs import configure_cli_logging
 
 Command = Callable[[argparse.Namespace, Settings], int]
 

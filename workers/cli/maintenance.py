@@ -8,11 +8,11 @@ from typing import Any
 
 import redis
 
-from pipeline.errors import ConfigurationError
-from pipeline.freshness import Bm25Freshness
-from pipeline.settings import Settings
-from workers.app_factory import create_app
-from workers.names import Task
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.workers.app import create_app
+from shardfuse.workers.names import Task
 
 
 def register(sub: Any) -> None:

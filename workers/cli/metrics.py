@@ -1,7 +1,7 @@
 """``shardfuse exporter``: Prometheus metrics of the whole deployment at ``/metrics``.
 
 Flower serves its own ``/metrics`` (Celery task and worker metrics); this one serves shardfuse's
-(:mod:`workers.metrics_exporter`). One exporter per deployment is enough: it reads shared state only.
+(:mod:`shardfuse.workers.exporter`). One exporter per deployment is enough: it reads shared state only.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from pipeline.settings import Settings
-from workers.metrics_exporter import ShardfuseCollector
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers.exporter import ShardfuseCollector
 
 DEFAULT_PORT = 9808
 

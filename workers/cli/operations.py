@@ -7,12 +7,12 @@ import json
 import sys
 from typing import Any
 
-from pipeline.settings import Settings
-from workers import monitor
-from workers.app_factory import create_app
-from workers.names import Task
-from workers.stack import down, read_state, up
-from workers.status import collect_status, format_status
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers import monitor
+from shardfuse.workers.app import create_app
+from shardfuse.workers.names import Task
+from shardfuse.workers.stack import down, read_state, up
+from shardfuse.workers.status import collect_status, format_status
 
 
 def register(sub: Any) -> None:

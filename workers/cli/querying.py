@@ -7,14 +7,11 @@ import json
 import sys
 from typing import Any
 
-from celery.exceptions import TimeoutError as CeleryTimeout
-
-from pipeline.errors import StoreUnavailableError
-from pipeline.settings import Settings
-from query.fusion import Fusion
-from query.request import Mode
-from workers.app_factory import create_app
-from workers.names import Task
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.query.fusion import Fusion
+from shardfuse.query.request import Mode
+from shardfuse.workers.client import remote_search
 
 
 def register(sub: Any) -> None:
@@ -41,36 +38,6 @@ def add_stage_switches(parser: Any) -> None:
                         ("expand", "LLM query expansion")):
         parser.add_argument(f"--{stage}", action=argparse.BooleanOptionalAction, default=None,
                             help=f"switch {what} on or off (default: as configured)")
-
-
-class SearchClient:
-    """Calls ``shardfuse.search`` on a query worker through the broker, reusing one app and its pools."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._app = create_app(settings)
-        # No ``task-sent`` event per search: it is one more Redis publish before the query even leaves
-        # (0.6-0.9 ms of a ~21 ms RPC, measured). Flower still shows every search from the query worker's
-        # own events (received, started, succeeded); only a search still waiting in the queue is unseen.
-        self._app.conf.task_send_sent_event = False
-        self._timeout = settings.query.rpc_timeout_s
-
-    def search(self, **kwargs: Any) -> dict[str, Any]:
-        # expires: a query nobody waits for any more is dropped instead of answered late.
-        result = self._app.send_task(Task.SEARCH.value, kwargs=kwargs, expires=self._timeout)
-        try:
-            answer: dict[str, Any] = result.get(timeout=self._timeout)
-        except CeleryTimeout as exc:
-            raise StoreUnavailableError(
-                f"no query worker answered within {self._timeout:g}s (is the stack up? try `shardfuse status`)"
-            ) from exc
-        finally:
-            result.forget()
-        return answer
-
-
-def remote_search(settings: Settings, **kwargs: Any) -> dict[str, Any]:
-    """One search through the RPC task (for a single call; reuse a :class:`SearchClient` for many)."""
-    return SearchClient(settings).search(**kwargs)
 
 
 def run_search(args: argparse.Namespace, settings: Settings) -> int:

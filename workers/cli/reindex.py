@@ -1,5 +1,5 @@
 """``shardfuse reindex start | status | switch | finish | abort``: move a zone to another embedding model
-side by side, with no downtime, and switch its queries over at once (``pipeline/reindex.py``)."""
+side by side, with no downtime, and switch its queries over at once (``pipeline/admin/reindex.py``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 import redis
 from tqdm import tqdm
 
-from pipeline.embeddings import build_embedder
-from pipeline.embeddings.stage import EmbeddingStage
-from pipeline.reindex import Progress, ZoneReindex
-from pipeline.settings import Settings
-from pipeline.store import ShardPools, zone_models
-from pipeline.store.pools import build_settings
-from pipeline.store.schema import ensure_shared_schema
-from workers.embedding_models import build_stage
+from shardfuse.pipeline.admin.reindex import Progress, ZoneReindex
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.embed.providers import build_embedder
+from shardfuse.pipeline.embed.stage import EmbeddingStage
+from shardfuse.pipeline.index.store import ShardPools, zone_models
+from shardfuse.pipeline.index.store.pools import build_settings
+from shardfuse.pipeline.index.store.schema import ensure_shared_schema
+from shardfuse.workers.embedding_models import build_stage
 
 
 def register(sub: Any) -> None:

@@ -24,13 +24,13 @@ from kombu.connection import Connection
 from kombu.exceptions import KombuError
 from redis import RedisError
 
-from pipeline.errors import ConfigurationError
-from pipeline.redaction import redact_url
-from pipeline.settings import Settings
-from workers.names import Queue
-from workers.stack import celery_processes
-from workers.stack.addresses import Endpoint
-from workers.stack.layout import StackLayout
+from shardfuse.pipeline.config.redaction import redact_url
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.workers.names import Queue
+from shardfuse.workers.stack import celery_processes
+from shardfuse.workers.stack.addresses import Endpoint
+from shardfuse.workers.stack.layout import StackLayout
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_FLOWER_ADDRESS = "0.0.0.0"  # in a container: reachable through the published port

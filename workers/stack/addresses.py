@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 import psycopg.conninfo
 
-from pipeline.errors import ConfigurationError
-from pipeline.redaction import redact_url
-from pipeline.settings import Settings
+from shardfuse.pipeline.config.redaction import redact_url
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import ConfigurationError
 
 DEFAULT_REDIS_PORT = 6379
 DEFAULT_POSTGRES_PORT = 5432

@@ -19,14 +19,14 @@ from pathlib import Path
 from kombu.exceptions import KombuError
 from redis import RedisError
 
-from pipeline.settings import Settings, WorkerSettings
-from workers.names import QUEUE_POOLS, QUEUE_PREFETCH, Queue
-from workers.serialization import control_app
-from workers.stack.addresses import Endpoint
+from shardfuse.pipeline.config.settings import Settings, WorkerSettings
+from shardfuse.workers.broker.serialization import control_app
+from shardfuse.workers.names import QUEUE_POOLS, QUEUE_PREFETCH, Queue
+from shardfuse.workers.stack.addresses import Endpoint
 
 # The Celery application every worker and Flower loads. A module attribute (read at call time) so that
 # tests can point it at a stand-in app.
-CELERY_APP = "workers.celery_app:app"
+CELERY_APP = "shardfuse.workers.celery_app:app"
 FLOWER = "flower"
 # The folder that holds the ``workers`` package (a checkout's root, or site-packages).
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def flower_marks(endpoint: Endpoint) -> tuple[str, ...]:
 
 def celery_env(base: Mapping[str, str]) -> dict[str, str]:
     """The environment of a worker or Flower: ``base`` (settings travel in it), plus whatever makes
-    ``-A workers.celery_app:app`` importable.
+    ``-A shardfuse.workers.celery_app:app`` importable.
 
     When shardfuse runs from a source checkout that is not pip-installed, ``workers`` is importable here
     only because the checkout is our cwd or on our sys.path; the children get its root on PYTHONPATH

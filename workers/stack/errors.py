@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.errors import ShardfuseError
+from shardfuse.pipeline.core.errors import ShardfuseError
 
 
 class StackError(ShardfuseError):

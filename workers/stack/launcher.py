@@ -17,15 +17,15 @@ from pathlib import Path
 
 import psycopg
 
-from pipeline.redaction import redact_dsn, redact_url
-from pipeline.settings import Settings
-from workers.names import Queue
-from workers.stack import celery_processes, postgres_server, processes, redis_server
-from workers.stack.addresses import StackAddresses
-from workers.stack.errors import StackError
-from workers.stack.layout import StackLayout
-from workers.stack.readiness import wait_ready
-from workers.stack.state import ComponentState, StackState, load_state, remove_state, save_state
+from shardfuse.pipeline.config.redaction import redact_dsn, redact_url
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers.names import Queue
+from shardfuse.workers.stack import celery_processes, postgres_server, processes, redis_server
+from shardfuse.workers.stack.addresses import StackAddresses
+from shardfuse.workers.stack.errors import StackError
+from shardfuse.workers.stack.layout import StackLayout
+from shardfuse.workers.stack.readiness import wait_ready
+from shardfuse.workers.stack.state import ComponentState, StackState, load_state, remove_state, save_state
 
 REDIS = redis_server.NAME
 POSTGRES = postgres_server.NAME

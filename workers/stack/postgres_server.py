@@ -24,12 +24,12 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from pipeline import redaction
-from workers.stack import processes
-from workers.stack.addresses import PostgresTarget
-from workers.stack.errors import StackError
-from workers.stack.layout import StackLayout
-from workers.stack.state import ComponentState
+from shardfuse.pipeline.config import redaction
+from shardfuse.workers.stack import processes
+from shardfuse.workers.stack.addresses import PostgresTarget
+from shardfuse.workers.stack.errors import StackError
+from shardfuse.workers.stack.layout import StackLayout
+from shardfuse.workers.stack.state import ComponentState
 
 NAME = "postgres"
 SYSTEM_USER = "pgserver"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from workers.stack.errors import StackError
+from shardfuse.workers.stack.errors import StackError
 
 # psutil reports create_time rounded to the clock tick; allow for that when comparing.
 CREATE_TIME_TOLERANCE_S = 0.05

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.stack.errors import StackError
+from shardfuse.workers.stack.errors import StackError
 
 POLL_INTERVAL_S = 0.25
 

@@ -19,12 +19,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from pipeline.redaction import url_password
-from workers.stack import processes
-from workers.stack.addresses import Endpoint
-from workers.stack.errors import StackError
-from workers.stack.layout import StackLayout
-from workers.stack.state import ComponentState
+from shardfuse.pipeline.config.redaction import url_password
+from shardfuse.workers.stack import processes
+from shardfuse.workers.stack.addresses import Endpoint
+from shardfuse.workers.stack.errors import StackError
+from shardfuse.workers.stack.layout import StackLayout
+from shardfuse.workers.stack.state import ComponentState
 
 NAME = "redis"
 PIDFILE_WAIT_S = 10.0

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.stack import processes
-from workers.stack.errors import StackError
+from shardfuse.workers.stack import processes
+from shardfuse.workers.stack.errors import StackError
 
 STATE_VERSION = 1
 

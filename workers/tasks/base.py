@@ -15,21 +15,21 @@ from celery import Task
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from pipeline import metrics
-from pipeline.deadletters import record_dead_letter
-from pipeline.errors import (
+from shardfuse.pipeline.admin.dead_letters import record_dead_letter
+from shardfuse.pipeline.coordination.leases import DocumentLeases, Lease
+from shardfuse.pipeline.core.errors import (
     DocumentBusyError,
     InvalidEventError,
     LeaseLostError,
     PermanentError,
     StoreUnavailableError,
 )
-from pipeline.freshness import message_documents
-from pipeline.leases import DocumentLeases, Lease
-from workers.logs import item_fields, log_context
-from workers.names import TASK_QUEUES
-from workers.names import Task as TaskName
-from workers.runtime import WorkerRuntime
+from shardfuse.pipeline.index.lexical.freshness import message_documents
+from shardfuse.pipeline.observability import metrics
+from shardfuse.workers.logs import item_fields, log_context
+from shardfuse.workers.names import TASK_QUEUES
+from shardfuse.workers.names import Task as TaskName
+from shardfuse.workers.runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 # Set while a vector index build of a shard is scheduled (the TTL outlives a stuck one).

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from pipeline.errors import LeaseLostError
-from pipeline.leases import Lease
-from pipeline.models import PreparedDocument
-from pipeline.store import ApplyOutcome
-from workers.celery_app import app
-from workers.logs import item_fields, log_context
-from workers.names import Task
-from workers.tasks.base import PipelineTask, message_items, take_lease
+from shardfuse.pipeline.coordination.leases import Lease
+from shardfuse.pipeline.core.documents import PreparedDocument
+from shardfuse.pipeline.core.errors import LeaseLostError
+from shardfuse.pipeline.index.store import ApplyOutcome
+from shardfuse.workers.celery_app import app
+from shardfuse.workers.logs import item_fields, log_context
+from shardfuse.workers.names import Task
+from shardfuse.workers.tasks.base import PipelineTask, message_items, take_lease
 
 _limits = app.shardfuse_settings.workers.embed_limits
 

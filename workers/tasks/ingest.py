@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pipeline.events import WriteEvent, parse_event
-from pipeline.ingest import IngestOutcome, IngestResult, held_seqs, ingest_event
-from workers.celery_app import app
-from workers.logs import log_context, log_fields
-from workers.names import Task
-from workers.tasks.base import PipelineTask, leased, message_items
+from shardfuse.pipeline.core.events import WriteEvent, parse_event
+from shardfuse.pipeline.ingest.stage import IngestOutcome, IngestResult, held_seqs, ingest_event
+from shardfuse.workers.celery_app import app
+from shardfuse.workers.logs import log_context, log_fields
+from shardfuse.workers.names import Task
+from shardfuse.workers.tasks.base import PipelineTask, leased, message_items
 
 _limits = app.shardfuse_settings.workers.ingest_limits
 # Events of one message worked on at once (each on its own document).
@@ -29,7 +29,8 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
 
     The documents they produce go on to the embed stage together, in one message: the publisher's grouping
     of events carries through, and the embed workers receive documents by the dozen, not one at a time.
-    Each event is worked on under its document's lease (:mod:`pipeline.leases`); the embed stage takes its
+    Each event is worked on under its document's lease (:mod:`shardfuse.pipeline.coordination.leases`); the embed stage
+    takes its
     own when the document reaches it. The message's early version check is one query per shard, and up to
     ``EVENT_THREADS`` documents are worked on at once (an event mostly waits on Redis and PostgreSQL).
     """

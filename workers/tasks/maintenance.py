@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.lexical.updates import ShardIndexer
-from workers.celery_app import app
-from workers.names import Task
-from workers.tasks.base import VECTOR_INDEX_FLAG, PipelineTask
+from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.workers.celery_app import app
+from shardfuse.workers.names import Task
+from shardfuse.workers.tasks.base import VECTOR_INDEX_FLAG, PipelineTask
 
 _limits = app.shardfuse_settings.workers.maintenance_limits
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from celery import Task as CeleryTask
 
-from pipeline import metrics
-from pipeline.errors import InvalidQueryError
-from pipeline.events import quoted
-from query.request import Mode, SearchRequest
-from workers.celery_app import app
-from workers.names import Task
+from shardfuse.pipeline.core.errors import InvalidQueryError
+from shardfuse.pipeline.core.events import quoted
+from shardfuse.pipeline.observability import metrics
+from shardfuse.query.request import Mode, SearchRequest
+from shardfuse.workers.celery_app import app
+from shardfuse.workers.names import Task
 
 _settings = app.shardfuse_settings
 _limits = _settings.workers.query_limits

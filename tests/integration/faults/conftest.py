@@ -31,16 +31,16 @@ import psutil
 import psycopg
 from psycopg import sql
 
-from pipeline.cas import LocalContentStore
-from pipeline.errors import StoreUnavailableError
-from pipeline.publisher import Publisher
-from pipeline.settings import Settings
-from pipeline.store.schema import SHARED_SCHEMA
+from shardfuse.pipeline.admin.publisher import Publisher
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.index.store.schema import SHARED_SCHEMA
+from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.workers import monitor
+from shardfuse.workers.publishing import CeleryEventSink
+from shardfuse.workers.stack import processes, up
+from shardfuse.workers.stack.layout import StackLayout
 from tests.integration.conftest import Stack, running_stack
-from workers import monitor
-from workers.publishing import CeleryEventSink
-from workers.stack import processes, up
-from workers.stack.layout import StackLayout
 
 DOCUMENTS = 2000
 CORPUS_SEED = 6
@@ -245,7 +245,7 @@ def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> None
     """Wait as ``shardfuse wait`` does, stricter: until no message waits or is unacknowledged in the ingest,
     embed and maintenance queues and every shard's BM25 generation is current (``monitor.pending_work``),
     and that stays so for ``quiet_s``. Unlike ``shardfuse wait`` it never re-sends a lost BM25 rebuild: the
-    maintenance worker must do that by itself (``workers.runtime._rebuild_watchdog``; counted by
+    maintenance worker must do that by itself (``shardfuse.workers.runtime._rebuild_watchdog``; counted by
     :func:`rebuilds_resent`). Raises :class:`ComponentDied` at once if a pipeline pool is gone, rather than
     waiting out ``timeout`` (a safety bound, not a measurement) for work nobody will do.
 

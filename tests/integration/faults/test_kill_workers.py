@@ -12,7 +12,7 @@ What it catches: a message lost in the hand-over from the broker to the worker. 
 transport takes a message off its list with BRPOP and only then, in the worker, records it in ``unacked``;
 a worker killed between the two lost it for good (about one kill in six here: the message published at the
 instant of the kill, 16 documents missing, printed as the publisher message they were sent in). Ours
-receives with BLMOVE into a per-consumer inbox (``workers.broker_inbox``); the window itself is tested
+receives with BLMOVE into a per-consumer inbox (``shardfuse.workers.broker.inbox``); the window itself is tested
 deterministically in ``tests/integration/test_broker_inbox.py``.
 
 Re-runnable: ``SHARDFUSE_FAULT_ROUNDS=5`` runs the kill five times against one stack (five new zones, one

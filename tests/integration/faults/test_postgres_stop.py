@@ -25,7 +25,12 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from pipeline.store.schema import SHARED_SCHEMA
+from shardfuse.pipeline.index.store.schema import SHARED_SCHEMA
+from shardfuse.workers import monitor
+from shardfuse.workers.app import create_app
+from shardfuse.workers.names import Task
+from shardfuse.workers.stack import postgres_server
+from shardfuse.workers.stack.layout import StackLayout
 from tests.integration.conftest import Stack
 from tests.integration.faults.conftest import (
     Doc,
@@ -40,11 +45,6 @@ from tests.integration.faults.conftest import (
     snapshot,
     wait_in_flight,
 )
-from workers import monitor
-from workers.app_factory import create_app
-from workers.names import Task
-from workers.stack import postgres_server
-from workers.stack.layout import StackLayout
 
 PACE_S = 0.1
 DOWN_S = 10.0

@@ -15,7 +15,7 @@ checked, the pool being restarted first as an operator would).
 
 What it catches (each seen here before its fix): Celery/kombu 5.7 prefork pools that died with
 ``AttributeError("'NoneType' object has no attribute 'hostname'")`` when the broker went away
-(``workers.broker_transport.Channel._connparams``); retries that could not be published and were dropped
+(``shardfuse.workers.broker.transport.Channel._connparams``); retries that could not be published and were dropped
 (``PipelineTask._retry`` requeues); document leases whose release failed during the outage and kept the
 documents "held by another worker" for ``lease_s`` (``DocumentLeases.release`` never raises, so every lease
 of a message is released; a holder takes its own leftovers back); a BM25 rebuild message lost between the
@@ -31,6 +31,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from shardfuse.workers.stack import processes
 from tests.integration.conftest import Stack
 from tests.integration.faults.conftest import (
     ComponentDied,
@@ -48,7 +49,6 @@ from tests.integration.faults.conftest import (
     snapshot,
     wait_in_flight,
 )
-from workers.stack import processes
 
 PACE_S = 0.1
 DOWN_S = 3.0

@@ -25,12 +25,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pipeline.cas import LocalContentStore
-from pipeline.publisher import Publisher
-from pipeline.sharding import shard_for
+from shardfuse.pipeline.admin.publisher import Publisher
+from shardfuse.pipeline.core.sharding import shard_for
+from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.workers.publishing import CeleryEventSink
 from tests.integration.conftest import Stack
 from tests.integration.faults.conftest import drain
-from workers.publishing import CeleryEventSink
 
 SEED = 10
 VERSIONS = 10

@@ -1,0 +1,1 @@
+"""What operators and client applications run: the publisher, sources, dead letters, reindexing."""

@@ -1,0 +1,1 @@
+"""Settings: one typed object per process, built from defaults, a TOML file and the environment."""

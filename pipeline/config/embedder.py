@@ -1,0 +1,56 @@
+"""The ``[embedder]`` and ``[embedders.<name>]`` sections of :class:`shardfuse.pipeline.config.settings.Settings`: which
+embedding model makes the vectors, and how it is called."""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from shardfuse.pipeline.config.section import Section as _Section
+
+# The embedding model of [embedder]; further models are named by [embedders.<name>] (MODEL_NAME).
+DEFAULT_MODEL = "default"
+MODEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,30}")
+
+
+class EmbedderProvider(enum.StrEnum):
+    LOCAL = "local"
+    HASHING = "hashing"
+    OPENAI = "openai"
+    VOYAGE = "voyage"
+
+
+class EmbedderSettings(_Section):
+    provider: EmbedderProvider = EmbedderProvider.LOCAL
+    model: str = "all-MiniLM-L6-v2"
+    dimensions: int = Field(default=384, ge=8, le=16000)
+    # Inputs per embedding request (None: the provider's own default, e.g. OpenAI 256, Voyage 128, local 64).
+    # Cross-document batching flushes when a batch holds 4 requests' worth of chunks or has waited
+    # batch_wait_ms.
+    batch_size: int | None = Field(default=None, ge=1)
+    batch_wait_ms: int = Field(default=50, ge=0)
+    # How the local model runs: "onnx" (ONNX Runtime, graph exported once under <data_dir>/models; about 3×
+    # faster per query on CPU, same vectors) or "torch". Without onnxruntime installed, onnx falls back to torch.
+    local_runtime: Literal["onnx", "torch"] = "onnx"
+    # Remote providers (openai, voyage). The key comes from SHARDFUSE_EMBEDDER__API_KEY; base_url points the
+    # SDK at any compatible server (empty: the provider's own).
+    api_key: SecretStr = SecretStr("")
+    base_url: str = ""
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    # What happens to one input longer than the provider's per-input token limit: "truncate" keeps its
+    # first tokens, "split" embeds the pieces and averages them. Either way it is counted and reported.
+    oversize_input: Literal["truncate", "split"] = "truncate"
+    # Backpressure: requests in flight per process, and across every embed worker (Redis-backed, per
+    # provider and model); 0 per-minute limits mean none. Concurrency adapts (AIMD) below the global cap.
+    max_concurrent: int = Field(default=4, ge=1)
+    global_max_concurrent: int = Field(default=16, ge=1)
+    requests_per_minute: int = Field(default=0, ge=0)
+    tokens_per_minute: int = Field(default=0, ge=0)
+    # Transient failures (429, 5xx, timeouts, resets) are retried with exponential jitter for at most this long.
+    max_retry_s: float = Field(default=120.0, gt=0)
+    # Query embeddings: a per-process LRU of this many entries, backed by Redis for this long (0: no Redis).
+    query_cache_entries: int = Field(default=4096, ge=0)
+    query_cache_ttl_s: int = Field(default=86400, ge=0)

@@ -1,0 +1,98 @@
+"""The query side's settings sections (``[query]`` and below), part of
+:class:`shardfuse.pipeline.config.settings.Settings`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr
+
+from shardfuse.pipeline.config.section import Section as _Section
+
+
+class BoostSettings(_Section):
+    """Ranking after fusion: multipliers for where and how the query matched (``enabled = false``: none)."""
+
+    enabled: bool = True
+    # Per field, the weight of a full match of the query's terms; partial matches scale toward 1.0.
+    filename: float = Field(default=3.0, ge=1)
+    title: float = Field(default=2.5, ge=1)
+    path: float = Field(default=2.0, ge=1)
+    tags: float = Field(default=2.0, ge=1)
+    description: float = Field(default=1.5, ge=1)
+    content: float = Field(default=1.0, ge=1)
+    exact_phrase: float = Field(default=1.5, ge=1)  # the whole query appears verbatim
+    prefix: float = Field(default=1.2, ge=1)  # the text starts with the query
+    primary_symbol: float = Field(default=0.25, ge=0)  # added when the chunk's main symbol is in the query
+    any_symbol: float = Field(default=0.15, ge=0)  # added when any symbol the chunk defines is
+    complete_role: float = Field(default=0.10, ge=0)  # added for a chunk holding a whole definition
+    declaration_role: float = Field(default=0.05, ge=0)  # added for a chunk holding a signature
+
+
+class RouterSettings(_Section):
+    """Heuristic query routing: complexity picks the over-fetch multiplier and the legs' weights."""
+
+    enabled: bool = True
+
+
+class ExpansionSettings(_Section):
+    """LLM query expansion through an OpenAI-compatible chat-completions API. Off by default."""
+
+    enabled: bool = False
+    base_url: str = "https://api.openai.com/v1"
+    api_key: SecretStr = SecretStr("")
+    model: str = "gpt-4o-mini"
+    timeout_s: float = Field(default=2.0, gt=0)  # the whole expansion, retries included
+    max_variants: int = Field(default=3, ge=0)
+    cache_ttl_s: int = Field(default=86400, ge=0)
+    # Skip expansion when the keyword leg's top hit already scores this far above the next one.
+    skip_min_top_score: float = Field(default=8.0, ge=0)
+    skip_min_gap_ratio: float = Field(default=0.25, ge=0)
+
+
+FusionName = Literal["rrf", "weighted", "rrf_weighted", "convex"]
+
+
+class ZoneProfile(_Section):
+    """A zone's own fusion defaults (``shardfuse eval --tune`` suggests one from judged queries)."""
+
+    fusion: FusionName | None = None
+    alpha: float | None = Field(default=None, ge=0, le=1)
+
+
+class QuerySettings(_Section):
+    over_fetch: int = Field(default=3, ge=1)
+    # Each leg fetches at least this many candidates: fusion normalises scores over the legs' lists, so a
+    # small k fetching few would rank differently from k = 10 (a function's definition fell from 1st to 3rd).
+    min_leg_depth: int = Field(default=30, ge=1)
+    rrf_k: int = Field(default=60, ge=1)
+    max_k: int = Field(default=1000, ge=1)
+    hnsw_ef_search: int = Field(default=100, ge=1)
+    # Diversification: at most this many chunks of one file in a result list (0 switches it off).
+    max_chunks_per_file: int = Field(default=3, ge=0)
+    # Results ranked below this carry a snippet instead of their chunk's full text.
+    full_text_top_n: int = Field(default=8, ge=0)
+    # Fused candidates hydrated and boosted per round: max(1.5 × k, rerank_depth); more rounds follow only
+    # when deleted chunks or diversification leave fewer than k.
+    rerank_depth: int = Field(default=50, ge=1)
+    snippet_chars: int = Field(default=240, ge=20)
+    # Defaults for requests that do not name them (a zone's profile below comes first). Convex at 0.5
+    # beat RRF on both tuning splits (SciFact train 0.7275 vs 0.7036, CoSQA dev 0.5618 vs 0.540, router and
+    # boosts on); `shardfuse eval --tune` measures a zone's own best.
+    fusion: FusionName = "convex"
+    alpha: float = Field(default=0.5, ge=0, le=1)
+    # Per zone, fusion defaults that override the two above: [query.zone_profiles."my-zone"] fusion = …
+    zone_profiles: dict[str, ZoneProfile] = Field(default_factory=dict)
+
+    def fusion_defaults(self, zone: object) -> tuple[str, float]:
+        """The fusion and alpha a request to ``zone`` gets when it names neither."""
+        profile = self.zone_profiles.get(zone) if isinstance(zone, str) else None
+        fusion = profile.fusion if profile is not None and profile.fusion is not None else self.fusion
+        alpha = profile.alpha if profile is not None and profile.alpha is not None else self.alpha
+        return fusion, alpha
+    # Whole answers cached in Redis for this long (0: off); any write or rebuild changes the key.
+    result_cache_ttl_s: int = Field(default=300, ge=0)
+    rpc_timeout_s: float = 30.0
+    boosts: BoostSettings = BoostSettings()
+    router: RouterSettings = RouterSettings()
+    expansion: ExpansionSettings = ExpansionSettings()

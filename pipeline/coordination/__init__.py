@@ -1,0 +1,1 @@
+"""Coordination between workers through Redis: document leases, liveness, the chunk registry."""

@@ -1,0 +1,124 @@
+"""Plain immutable data passed between stages. Everything here round-trips through JSON, because it
+travels in Celery messages (JSON serializer only)."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from shardfuse.pipeline.core.events import WriteEvent
+from shardfuse.pipeline.ingest.symbols import NO_SYMBOLS, ChunkSymbols
+
+
+class ContextSource(enum.StrEnum):
+    """Where a chunk's situating context came from."""
+
+    HEADINGS = "headings"  # title, heading path, symbol and file path: free and deterministic
+    LLM = "llm"  # written by the chat model
+    BACKFILL = "backfill"  # the LLM failed or the run's budget ran out: headings for now, LLM later
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk of a document's text, with where it came from.
+
+    ``start_char``/``end_char`` index the decoded text (``text == doc[start_char:end_char]``);
+    ``start_line``/``end_line`` are 1-based and inclusive. ``symbols`` is what the chunk defines when the
+    document is code (set at ingest, :mod:`shardfuse.pipeline.ingest.symbols`), empty otherwise; ``language`` is the
+    code's
+    language. ``heading_path`` is where the chunk sits in the document's outline. ``context`` situates the
+    chunk in its document (Contextual Retrieval): it is embedded and BM25-indexed with the chunk
+    (:attr:`indexed_text`) while search returns ``text`` alone.
+    """
+
+    ordinal: int
+    text: str
+    start_char: int
+    end_char: int
+    start_line: int
+    end_line: int
+    token_count: int
+    symbols: ChunkSymbols = NO_SYMBOLS
+    language: str | None = None
+    heading_path: tuple[str, ...] = ()
+    context: str = ""
+    context_source: ContextSource | None = None
+
+    @property
+    def chunk_hash(self) -> str:
+        """The chunk's own text, hashed: what the LLM context cache is keyed by."""
+        return "sha256:" + hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    @property
+    def indexed_text(self) -> str:
+        """What is embedded and what BM25 indexes: the context, then the chunk."""
+        return f"{self.context}\n\n{self.text}" if self.context else self.text
+
+    @property
+    def embedding_key(self) -> str:
+        """The hash of :attr:`indexed_text`: what the embedding cache is keyed by (a chunk without context
+        keys as its own text, so vectors cached before contexts existed stay valid)."""
+        if not self.context:
+            return self.chunk_hash
+        return "sha256:" + hashlib.sha256(self.indexed_text.encode("utf-8")).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["symbols"] = self.symbols.to_json()
+        data["heading_path"] = list(self.heading_path)
+        data["context_source"] = None if self.context_source is None else self.context_source.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Chunk:
+        """Inverse of :meth:`to_dict`; fields a message sent by an older release lacks take their
+        defaults (no symbols, no context)."""
+        values = dict(data)
+        symbols = ChunkSymbols.from_json(values.pop("symbols", None))
+        heading_path = tuple(str(h) for h in values.pop("heading_path", None) or ())
+        source = values.pop("context_source", None)
+        return cls(**values, symbols=symbols, heading_path=heading_path,
+                   context_source=None if source is None else ContextSource(source))
+
+
+def chunk_id(zone: str, path: str, seq: int, ordinal: int) -> str:
+    """A chunk's id: deterministic, so a task that runs twice writes the same rows."""
+    digest = hashlib.sha256(f"{zone}\x00{path}\x00{seq}\x00{ordinal}".encode()).hexdigest()
+    return digest[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDocument:
+    """A decoded, chunked document on its way from the ingest stage to the embed stage."""
+
+    event: WriteEvent
+    shard: int
+    chunks: tuple[Chunk, ...]
+    line_count: int
+    # Chunks the entropy filter dropped, by reason (shardfuse.pipeline.ingest.chunk_filter.DropReason values).
+    dropped: dict[str, int] = field(default_factory=dict)
+    # Re-index at the same seq (backfill-context): replaces what the shard holds for that seq.
+    refresh: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event": self.event.model_dump(mode="json"),
+            "shard": self.shard,
+            "chunks": [c.to_dict() for c in self.chunks],
+            "line_count": self.line_count,
+            "dropped": dict(self.dropped),
+            "refresh": self.refresh,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PreparedDocument:
+        return cls(
+            event=WriteEvent.model_validate(data["event"]),
+            shard=int(data["shard"]),
+            chunks=tuple(Chunk.from_dict(c) for c in data["chunks"]),
+            line_count=int(data["line_count"]),
+            dropped={str(k): int(v) for k, v in (data.get("dropped") or {}).items()},
+            refresh=bool(data.get("refresh", False)),
+        )

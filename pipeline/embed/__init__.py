@@ -1,0 +1,1 @@
+"""The embed stage: cross-document batches, embedding providers, and the limits that share a quota."""

@@ -1,0 +1,281 @@
+"""Cross-document embedding batches.
+
+Embed tasks run concurrently in one worker process (a thread pool). Each submits its document here and
+waits; a single flusher thread gathers the chunks of every document submitted within ``max_wait_s`` (up
+to ``max_chunks``), has the :class:`~shardfuse.pipeline.embed.stage.EmbeddingStage` embed their distinct texts
+together (cache first, then packed provider requests under backpressure), then writes each shard's
+documents in one transaction. A document whose chunks' request failed for good fails alone; the rest of
+the flush commits. A task acknowledges its message only after its own document's transaction has
+committed, so batching never weakens at-least-once delivery.
+
+Embedding and writing overlap: a writer thread commits one flush's shard transactions while the flusher
+embeds the next (at most one embedded flush waits for the writer, so a slow database slows the flusher
+down instead of piling up vectors). Writes keep their order, and the version rule and fencing tokens in
+the shard's transaction decide what applies whatever the order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardfuse.pipeline.config.settings import DEFAULT_MODEL
+from shardfuse.pipeline.core.documents import PreparedDocument
+from shardfuse.pipeline.core.errors import EmbeddingModelsChangedError, EmbeddingProviderError, ShardfuseError
+from shardfuse.pipeline.embed.stage import EmbeddingStage, StageResult, StageStats, unique_texts
+from shardfuse.pipeline.index.store import ApplyOutcome, DocStatus, DocumentChange, ShardStore
+from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Pending:
+    document: PreparedDocument
+    fence: int | None = None
+    future: Future[ApplyOutcome] = field(default_factory=Future)
+
+
+@dataclass(slots=True)
+class _Embedded:
+    """A flush whose vectors are ready: its documents' changes by shard, for the writer thread."""
+
+    by_shard: dict[int, list[tuple[_Pending, DocumentChange]]]
+    documents: int
+    failed_documents: int
+    embedding: StageStats
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What one flush did: how many documents shared how many provider requests."""
+
+    documents: int
+    failed_documents: int
+    embedding: StageStats
+    write_ms: float
+
+    @property
+    def requests(self) -> int:
+        return self.embedding.requests
+
+
+class EmbedBatcher:
+    """Gathers documents from concurrent callers into shared embedding requests and shard writes."""
+
+    def __init__(
+        self,
+        *,
+        stage: EmbeddingStage,
+        stores: Sequence[ShardStore],
+        max_chunks: int,
+        max_wait_s: float,
+        gate: BulkLoadGate | None = None,
+        stages: Callable[[str], EmbeddingStage] | None = None,
+        fill_ttl_s: float = 2.0,
+    ) -> None:
+        self._stage = stage
+        # Other embedding models' stages, by name, for zones being reindexed (built on first use).
+        self._stages = stages
+        # Per shard: when its zones' embedding models were read, and what they were.
+        self._fill: dict[int, tuple[float, dict[str, tuple[str, ...]]]] = {}
+        self._fill_ttl_s = fill_ttl_s
+        self._gate = gate
+        self._stores = stores
+        self._max_chunks = max_chunks
+        self._max_wait_s = max_wait_s
+        self._queue: queue.Queue[_Pending] = queue.Queue()
+        self._closed = threading.Event()
+        self._embedded: queue.Queue[_Embedded | None] = queue.Queue(maxsize=1)
+        self.last_stats: BatchStats | None = None
+        self._writer = threading.Thread(target=self._write_loop, name="embed-writer", daemon=True)
+        self._writer.start()
+        self._thread = threading.Thread(target=self._run, name="embed-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, document: PreparedDocument, *, fence: int | None = None) -> Future[ApplyOutcome]:
+        """Queue a document for the next flush; ``fence`` is the token of the caller's document lease."""
+        if self._closed.is_set():
+            raise RuntimeError("the embed batcher is closed")
+        pending = _Pending(document, fence)
+        self._queue.put(pending)
+        return pending.future
+
+    def index(self, document: PreparedDocument, *, timeout: float) -> ApplyOutcome:
+        """Submit and wait for this document's shard transaction to commit."""
+        return self.submit(document).result(timeout=timeout)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+        with contextlib.suppress(queue.Full):  # the writer is stuck: it is a daemon thread
+            self._embedded.put(None, timeout=5)
+        self._writer.join(timeout=5)
+        self._stage.close()
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                first = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            batch = [first]
+            chunks = len(first.document.chunks)
+            deadline = time.monotonic() + self._max_wait_s
+            while chunks < self._max_chunks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    item = self._queue.get(timeout=remaining)
+                except queue.Empty:
+                    break
+                batch.append(item)
+                chunks += len(item.document.chunks)
+            try:
+                self._flush(batch)
+            except Exception as exc:  # noqa: BLE001 - a bug here must not leave a waiter hanging
+                log.exception("embedding a batch failed")
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+
+    def _before_write(self, shard: int, changes: list[DocumentChange]) -> None:
+        if self._gate is None:
+            return
+        try:
+            self._gate.before_write(shard, rows=sum(len(c.chunks) for c in changes), documents=len(changes))
+        except Exception:  # noqa: BLE001 - the write goes ahead with the index as it is
+            log.warning("could not decide on bulk-load mode for shard %d", shard, exc_info=True)
+
+    def _models(self, document: PreparedDocument) -> tuple[str, ...]:
+        """The embedding models ``document``'s zone is written with, as its shard lists them (read at most
+        once per ``fill_ttl_s``; the shard's transaction has the last word)."""
+        shard = document.shard
+        read_at, zones = self._fill.get(shard, (float("-inf"), {}))
+        if time.monotonic() - read_at >= self._fill_ttl_s:
+            try:
+                zones = self._stores[shard].fill_models()
+            except ShardfuseError:
+                log.warning("could not read shard %d's embedding models; writing the default one", shard)
+            self._fill[shard] = (time.monotonic(), zones)
+        return zones.get(document.event.zone, (DEFAULT_MODEL,))
+
+    def _embed(self, model: str, members: list[_Pending]) -> StageResult:
+        stage = self._stage if model == DEFAULT_MODEL else None
+        if stage is None:
+            if self._stages is None:
+                raise EmbeddingModelsChangedError(f"embedding model {model!r} is not configured on this worker")
+            stage = self._stages(model)
+        chunks = [chunk for p in members for chunk in p.document.chunks]
+        return stage.embed(unique_texts((c.embedding_key, c.indexed_text) for c in chunks), chunks=len(chunks))
+
+    def _flush(self, batch: list[_Pending]) -> None:
+        needs = [self._models(p.document) for p in batch]
+        results: dict[str, StageResult] = {}
+        failures: dict[int, ShardfuseError] = {}
+        for model in sorted({m for models in needs for m in models}):
+            members = [i for i, models in enumerate(needs) if model in models]
+            try:
+                results[model] = self._embed(model, [batch[i] for i in members])
+            except Exception as exc:  # every waiter must hear about it, whatever it is (e.g. the cache is down)
+                error = exc if isinstance(exc, ShardfuseError) else EmbeddingProviderError(
+                    f"embedding failed: {exc!r}")
+                for i in members:
+                    failures.setdefault(i, error)
+
+        by_shard: dict[int, list[tuple[_Pending, DocumentChange]]] = defaultdict(list)
+        failed_documents = 0
+        for i, p in enumerate(batch):
+            hashes = [c.embedding_key for c in p.document.chunks]
+            failure: Exception | None = failures.get(i)
+            for model in needs[i]:
+                if failure is None and model in results:
+                    failure = next((results[model].failed[h] for h in hashes if h in results[model].failed), None)
+            if failure is not None:  # only the documents whose request failed; the rest of the flush commits
+                failed_documents += 1
+                p.future.set_exception(failure if isinstance(failure, ShardfuseError) else EmbeddingProviderError(
+                    f"embedding failed: {failure!r}"))
+                continue
+            vectors = {model: self._vectors(results[model], hashes) for model in needs[i]}
+            change = DocumentChange(
+                event=p.document.event,
+                status=DocStatus.INDEXED,
+                chunks=p.document.chunks,
+                embeddings=vectors.pop(DEFAULT_MODEL, None),
+                model_embeddings=vectors,
+                line_count=p.document.line_count,
+                dropped=p.document.dropped,
+                refresh=p.document.refresh,
+                fence=p.fence,
+            )
+            by_shard[p.document.shard].append((p, change))
+
+        stats = results.get(DEFAULT_MODEL) or next(iter(results.values()), None)
+        self._embedded.put(_Embedded(by_shard=by_shard, documents=len(batch), failed_documents=failed_documents,
+                                     embedding=stats.stats if stats else StageStats()))
+
+    @staticmethod
+    def _vectors(result: StageResult, hashes: list[str]) -> np.ndarray:
+        if not hashes:
+            return np.zeros((0, 1), dtype=np.float32)
+        return np.stack([result.vectors[h] for h in hashes]).astype(np.float32, copy=False)
+
+    def _write_loop(self) -> None:
+        while True:
+            embedded = self._embedded.get()
+            if embedded is None:
+                return
+            try:
+                self._write(embedded)
+            except Exception as exc:  # noqa: BLE001 - a bug here must not leave a waiter hanging
+                log.exception("writing an embedded batch failed")
+                for items in embedded.by_shard.values():
+                    for p, _ in items:
+                        if not p.future.done():
+                            p.future.set_exception(exc)
+
+    def _write(self, embedded: _Embedded) -> None:
+        written = time.perf_counter()
+        by_shard = embedded.by_shard
+        for shard, items in by_shard.items():
+            self._before_write(shard, [change for _, change in items])
+            try:
+                outcomes = {o.key: o for o in self._stores[shard].apply([c for _, c in items])}
+            except Exception as exc:  # this shard's documents fail; the other shards' commits stand
+                for p, _ in items:
+                    p.future.set_exception(exc)
+                continue
+            for p, change in items:
+                outcome = outcomes[change.key]
+                if outcome.missing_models and outcome.seq == change.event.seq:
+                    self._fill.pop(shard, None)  # read the zone's models again before the retry is embedded
+                    p.future.set_exception(EmbeddingModelsChangedError(
+                        f"zone {change.event.zone!r} is now also written with {', '.join(outcome.missing_models)}: "
+                        "embedding the document again"))
+                    continue
+                # Two versions of one document in a batch: only the newest is applied.
+                applied = outcome.applied and outcome.seq == change.event.seq
+                p.future.set_result(
+                    ApplyOutcome(key=change.key, seq=change.event.seq, applied=applied,
+                                 stored_seq=outcome.stored_seq, fenced=outcome.fenced,
+                                 stored_fence=outcome.stored_fence)
+                )
+        stats = embedded.embedding
+        self.last_stats = BatchStats(documents=embedded.documents, failed_documents=embedded.failed_documents,
+                                     embedding=stats, write_ms=(time.perf_counter() - written) * 1000)
+        log.info(
+            "embedded %d chunks (%d distinct, %d from the cache) of %d documents in %d request(s) (%.0f ms, "
+            "%d failed, %d oversize inputs), wrote %d shard(s) (%.0f ms)",
+            stats.chunks, stats.unique, stats.cache_hits, embedded.documents, stats.requests, stats.embed_ms,
+            stats.failed_requests, stats.oversize, len(by_shard), self.last_stats.write_ms,
+        )

@@ -1,0 +1,1 @@
+"""Backpressure on provider calls: per process and across every worker (Redis)."""

@@ -1,0 +1,102 @@
+"""A deterministic, model-free embedder for tests: signed feature hashing of words and word bigrams."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from shardfuse.pipeline.embed.providers.base import Vectors
+
+_WORD = re.compile(r"\w+")
+# Bigrams add a little word-order signal; weighted lower so shared words dominate similarity.
+_BIGRAM_WEIGHT = 0.5
+# Word digests remembered: words repeat across a corpus, and a blake2b digest costs far more than the
+# lookup. Cleared when full (about 20 MB at this size).
+WORD_CACHE_SIZE = 200_000
+# A bigram's digest is derived from its two words' digests (multiply by the 64-bit golden ratio, xor, then
+# splitmix64's finaliser), vectorised over the text: no per-bigram string or blake2b.
+_GOLDEN = np.uint64(0x9E37_79B9_7F4A_7C15)
+_MIX = (np.uint64(30), np.uint64(0xBF58_476D_1CE4_E5B9), np.uint64(27), np.uint64(0x94D0_49BB_1331_11EB),
+        np.uint64(31))
+_LOW_63 = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+_TOP_BIT = np.uint64(63)
+
+
+class HashingEmbedder:
+    """Hashes lower-cased words and word bigrams into ``dimensions`` signed buckets, then L2-normalises.
+
+    The hash is blake2b, not :func:`hash`, whose value changes between processes (PYTHONHASHSEED): vectors
+    must be identical across workers and runs, since they are cached and compared across processes.
+    """
+
+    def __init__(self, dimensions: int) -> None:
+        if dimensions < 1:
+            raise ValueError(f"dimensions must be positive, got {dimensions}")
+        self._dimensions = dimensions
+        # A text with no words (or whose features cancel out) would be the zero vector, whose cosine
+        # distance is NaN in pgvector and poisons rankings. Give it a fixed unit vector instead: equally,
+        # and weakly, similar to everything.
+        self._fallback = np.full(dimensions, 1.0 / math.sqrt(dimensions), dtype=np.float32)
+        self._digests: dict[str, int] = {}
+
+    @property
+    def name(self) -> str:
+        # Versioned so that a change to the hashing scheme cannot mix with vectors already cached
+        # (v2: bigram digests derived from the words' digests).
+        return f"hashing:v2:{self._dimensions}"
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """One unit-length row per text, shape ``(len(texts), dimensions)``."""
+        out = np.empty((len(texts), self._dimensions), dtype=np.float32)
+        for row, text in enumerate(texts):
+            out[row] = self._embed(text)
+        return out
+
+    def embed_query(self, text: str) -> Vectors:
+        """The unit-length vector of ``text``, shape ``(dimensions,)``."""
+        return self._embed(text)
+
+    def _embed(self, text: str) -> Vectors:
+        words = _WORD.findall(text.lower())
+        if not words:
+            return self._fallback.copy()
+        if len(self._digests) + len(words) > WORD_CACHE_SIZE:
+            self._digests.clear()
+        known = self._digests.get
+        digests = np.fromiter((known(w) or self._remember(w) for w in words), dtype=np.uint64, count=len(words))
+        features = np.concatenate([digests, bigram_digests(digests)])
+        weights = np.where(features >> _TOP_BIT, -1.0, 1.0)  # the top bit picks the sign: collisions cancel
+        weights[len(words):] *= _BIGRAM_WEIGHT
+        buckets = ((features & _LOW_63) % np.uint64(self._dimensions)).astype(np.int64)
+        vector = np.bincount(buckets, weights=weights, minlength=self._dimensions)
+        norm = float(np.linalg.norm(vector))
+        if norm == 0.0:
+            return self._fallback.copy()
+        return (vector / norm).astype(np.float32)
+
+    def _remember(self, word: str) -> int:
+        digest = self._digests[word] = word_digest(word)
+        return digest
+
+
+def word_digest(word: str) -> int:
+    """A word's 64-bit feature digest (blake2b, big-endian)."""
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+def bigram_digests(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The digest of each pair of consecutive words, from the words' digests (uint64 arithmetic wraps)."""
+    z = (words[:-1] * _GOLDEN) ^ words[1:]
+    shift_1, multiply_1, shift_2, multiply_2, shift_3 = _MIX
+    z = (z ^ (z >> shift_1)) * multiply_1
+    z = (z ^ (z >> shift_2)) * multiply_2
+    return z ^ (z >> shift_3)

@@ -1,0 +1,331 @@
+"""Contexts for the chunks of a document from an OpenAI-compatible chat model, one request per chunk.
+
+For each :meth:`LlmContextualizer.contexts` call:
+
+1. The cache answers what it knows, keyed by ``(doc_hash, chunk_hash)``, the model and
+   :data:`~shardfuse.pipeline.ingest.context.prompt.PROMPT_VERSION`; equal chunk hashes are asked for once.
+2. Every miss takes its estimated tokens (prompt plus the longest answer) from the :class:`RunBudget`,
+   then asks the model on up to ``max_concurrent`` threads, each request under the backpressure slot and
+   retried on 429 (honouring ``Retry-After``), 5xx, timeouts and connection errors within ``max_retry_s``.
+3. A chunk that gets no context (a permanent 4xx, retries spent, an empty answer, the budget exhausted)
+   ends as a :class:`ContextOutcome` with ``context=None`` and a short reason, never as an exception: the
+   caller indexes it without a context and marks it for a backfill. New contexts go into the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from shardfuse.pipeline.core.errors import (
+    PermanentError,
+    RateLimitedError,
+    ShardfuseError,
+    StoreUnavailableError,
+    TransientError,
+)
+from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.embed.limiters.backpressure import Outcome
+from shardfuse.pipeline.embed.providers.input_limits import retry_after_s as parse_retry_after
+from shardfuse.pipeline.embed.retrying import call_with_retries, is_rate_limited
+from shardfuse.pipeline.ingest.context.prompt import (
+    PROMPT_VERSION,
+    DocumentSection,
+    build_messages,
+    clean_context,
+    document_section,
+    estimate_prompt_tokens,
+)
+
+if TYPE_CHECKING:
+    # The SDK takes over a second to import: it is imported when the first client is built, not here.
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+
+log = logging.getLogger(__name__)
+
+# The answer's length limit: the prompt asks for 50 to 100 tokens; this leaves room without paying for an essay.
+MAX_ANSWER_TOKENS = 150
+# 408 (request timeout) and 409 (lock timeout) are the server's trouble, like 5xx; other 4xx are final.
+_TRANSIENT_4XX = frozenset({408, 409})
+BUDGET_EXHAUSTED = "run token budget exhausted"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRequest:
+    chunk_hash: str
+    chunk_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContextOutcome:
+    """The context of one chunk, or ``context=None`` and why not (the caller falls back and backfills)."""
+
+    chunk_hash: str
+    context: str | None
+    error: str | None
+
+
+class ContextCache(Protocol):
+    """Contexts by ``(doc_hash, chunk_hash)``, model and prompt version. An adapter whose store is down
+    raises :class:`~shardfuse.pipeline.core.errors.StoreUnavailableError` (or logs and answers nothing): that costs the
+    cache, not the contexts."""
+
+    def get_many(
+        self, keys: Sequence[tuple[str, str]], *, model: str, prompt_version: str
+    ) -> dict[tuple[str, str], str]: ...
+
+    def put_many(self, items: Mapping[tuple[str, str], str], *, model: str, prompt_version: str) -> None: ...
+
+
+class BackpressurePort(Protocol):
+    """What is used of :class:`~shardfuse.pipeline.embed.limiters.backpressure.Backpressure`."""
+
+    def request(self, tokens: int, *, timeout_s: float) -> AbstractContextManager[Any]: ...
+
+    def record(self, outcome: Outcome) -> None: ...
+
+
+class RunBudget:
+    """A token budget for one run, shared by every thread that asks the model. Thread-safe.
+
+    :meth:`take` reserves an estimate before a request; a request that does not fit in what is left is
+    refused and reserves nothing, so a smaller one may still fit later.
+    """
+
+    def __init__(self, max_tokens: int) -> None:
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must not be negative, got {max_tokens}")
+        self._max_tokens = max_tokens
+        self._spent = 0
+        self._lock = threading.Lock()
+
+    @property
+    def spent(self) -> int:
+        with self._lock:
+            return self._spent
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return self._max_tokens - self._spent
+
+    def take(self, tokens: int) -> bool:
+        """Reserve ``tokens``; False (and nothing reserved) when they do not fit in what is left."""
+        with self._lock:
+            if self._spent + tokens > self._max_tokens:
+                return False
+            self._spent += tokens
+            return True
+
+
+class LlmContextualizer:
+    """Asks an OpenAI-compatible chat model for contextual-retrieval contexts (see the module docstring).
+
+    Create one per worker process and :meth:`close` it at shutdown: it holds a thread pool and, from the
+    first request on, an SDK client (``max_retries=0``: retries are ours, so backpressure sees every 429).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str,
+        base_url: str = "",
+        timeout_s: float = 30.0,
+        doc_token_budget: int = 6000,
+        counter: TokenCounter,
+        cache: ContextCache | None = None,
+        backpressure: BackpressurePort | None = None,
+        max_retry_s: float = 30.0,
+        budget: RunBudget | None = None,
+        max_concurrent: int = 4,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_concurrent < 1 or doc_token_budget < 1:
+            raise ValueError(
+                f"max_concurrent ({max_concurrent}) and doc_token_budget ({doc_token_budget}) must be >= 1"
+            )
+        self._model = model
+        self._api_key = api_key
+        self._base_url = base_url
+        self._timeout_s = timeout_s
+        self._doc_token_budget = doc_token_budget
+        self._counter = counter
+        self._cache = cache
+        self._backpressure = backpressure
+        self._max_retry_s = max_retry_s
+        self._budget = budget
+        self._sleep = sleep
+        self._clock = clock
+        self._client: openai.OpenAI | None = None
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="context-request")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def contexts(self, document: str, requests: Sequence[ContextRequest], *, doc_hash: str) -> list[ContextOutcome]:
+        """One outcome per request, in order, for the chunks of ``document`` (identified by ``doc_hash``)."""
+        texts: dict[str, str] = {}
+        for request in requests:
+            texts.setdefault(request.chunk_hash, request.chunk_text)  # equal hashes: equal text, asked once
+        known = self._cached(doc_hash, list(texts))
+        missing = [(chunk_hash, text) for chunk_hash, text in texts.items() if chunk_hash not in known]
+        fresh: dict[str, ContextOutcome] = {}
+        if missing:
+            section = document_section(document, counter=self._counter, token_budget=self._doc_token_budget)
+            futures = [self._pool.submit(self._context_for, section, h, text) for h, text in missing]
+            fresh = {h: future.result() for (h, _), future in zip(missing, futures, strict=True)}
+            new = {(doc_hash, h): o.context for h, o in fresh.items() if o.context is not None}
+            self._store(new)
+            failures = [o for o in fresh.values() if o.context is None]
+            if failures:
+                log.warning("no context for %d of %d chunk(s) of document %s (first: %s)",
+                            len(failures), len(missing), doc_hash, failures[0].error)  # fmt: skip
+        return [
+            ContextOutcome(r.chunk_hash, known[r.chunk_hash], None) if r.chunk_hash in known else fresh[r.chunk_hash]
+            for r in requests
+        ]
+
+    # -- cache ---------------------------------------------------------------------------------------------
+    def _cached(self, doc_hash: str, chunk_hashes: list[str]) -> dict[str, str]:
+        if self._cache is None or not chunk_hashes:
+            return {}
+        keys = [(doc_hash, h) for h in chunk_hashes]
+        try:
+            found = self._cache.get_many(keys, model=self._model, prompt_version=PROMPT_VERSION)
+        except StoreUnavailableError as exc:
+            log.warning("context cache unavailable, reading: %s", exc)
+            return {}
+        return {h: context.strip() for (_, h), context in found.items() if context and context.strip()}
+
+    def _store(self, items: Mapping[tuple[str, str], str]) -> None:
+        if self._cache is None or not items:
+            return
+        try:
+            self._cache.put_many(items, model=self._model, prompt_version=PROMPT_VERSION)
+        except StoreUnavailableError as exc:
+            log.warning("context cache unavailable, writing: %s", exc)
+
+    # -- one chunk: budget, retries, backpressure; prepare -> call -> parse -------------------------------
+    def _context_for(self, section: DocumentSection, chunk_hash: str, chunk_text: str) -> ContextOutcome:
+        """The outcome for one chunk; every failure ends here as an outcome."""
+        tokens = estimate_prompt_tokens(section, chunk_text, counter=self._counter)
+        if self._budget is not None and not self._budget.take(tokens + MAX_ANSWER_TOKENS):
+            return ContextOutcome(chunk_hash, None, BUDGET_EXHAUSTED)
+        messages = build_messages(section, chunk_text)
+        attempts = 0
+
+        def attempt() -> str:
+            nonlocal attempts
+            attempts += 1
+            return self._attempt(messages, tokens)
+
+        try:
+            context = call_with_retries(
+                attempt,
+                max_retry_s=self._max_retry_s,
+                on_rate_limited=self._on_rate_limited,
+                sleep=self._sleep,
+                clock=self._clock,
+                provider="chat",
+            )
+        except Exception as exc:  # noqa: BLE001 - one chunk's failure is its outcome, not the document's
+            reason = str(exc) if isinstance(exc, ShardfuseError) else f"{type(exc).__name__}: {exc}"
+            suffix = f" ({attempts} attempts)" if attempts > 1 else ""
+            log.debug("no context for chunk %s: %s%s", chunk_hash, reason, suffix)
+            return ContextOutcome(chunk_hash, None, reason + suffix)
+        return ContextOutcome(chunk_hash, context, None)
+
+    def _attempt(self, messages: list[ChatCompletionMessageParam], tokens: int) -> str:
+        backpressure = self._backpressure
+        lease = backpressure.request(tokens, timeout_s=self._timeout_s) if backpressure is not None else nullcontext()
+        with lease:  # the slot is held only around the call, never during a retry's wait
+            try:
+                response = self._call(messages)
+            except TransientError as exc:
+                # A 429 reaches the backpressure through on_rate_limited; a 4xx says nothing about load.
+                if backpressure is not None and not is_rate_limited(exc):
+                    backpressure.record(Outcome.failed())
+                raise
+            if backpressure is not None:
+                backpressure.record(Outcome.success())
+        return self._parse(response)
+
+    def _call(self, messages: list[ChatCompletionMessageParam]) -> ChatCompletion:
+        import openai
+
+        try:
+            return self._get_client().chat.completions.create(
+                model=self._model, messages=messages, max_tokens=MAX_ANSWER_TOKENS, temperature=0
+            )
+        except openai.OpenAIError as exc:
+            raise _translate(exc, timeout_s=self._timeout_s) from exc
+
+    def _parse(self, response: ChatCompletion) -> str:
+        from openai.types.chat import ChatCompletion
+
+        # The SDK hands back the raw text when a proxy answers 200 with something other than JSON.
+        if not isinstance(response, ChatCompletion):
+            raise TransientError(f"the reply is not a chat completion ({type(response).__name__})")
+        if not response.choices:
+            raise PermanentError("the model returned no choices")
+        choice = response.choices[0]
+        context = clean_context(choice.message.content, counter=self._counter)
+        if not context:
+            # Temperature 0: asking again would most likely get the same nothing.
+            raise PermanentError(f"empty answer (finish_reason={choice.finish_reason})")
+        return context
+
+    def _on_rate_limited(self, retry_after_s: float | None) -> None:
+        if self._backpressure is not None:
+            self._backpressure.record(Outcome.rate_limited(retry_after_s))
+
+    def _get_client(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                import openai
+
+                self._client = openai.OpenAI(
+                    # The SDK refuses to start without a key; local OpenAI-compatible servers ignore it.
+                    api_key=self._api_key or "unset",
+                    base_url=self._base_url or None,
+                    timeout=self._timeout_s,
+                    max_retries=0,
+                )
+            return self._client
+
+
+def _translate(exc: openai.OpenAIError, *, timeout_s: float) -> ShardfuseError:
+    """Our exception for one failed SDK attempt, with a short reason (it ends up in the outcome). Same families
+    as the embedder's ``_translate``, whose messages would tell a person to fix ``embedder.*`` settings."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return TransientError(f"timed out after {timeout_s:g}s")
+    if isinstance(exc, openai.APIConnectionError):
+        return TransientError(f"connection failed: {exc.__cause__ or exc}")
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        body = exc.body if isinstance(exc.body, dict) else {}
+        detail = " ".join(str(body.get("message") or exc.message).split())[:200]
+        if status == 429:
+            wait = parse_retry_after(dict(exc.response.headers.items()))
+            return RateLimitedError(f"HTTP 429 (rate limited): {detail}", retry_after_s=wait)
+        if status >= 500 or status in _TRANSIENT_4XX:
+            return TransientError(f"HTTP {status}: {detail}")
+        return PermanentError(f"HTTP {status}: {detail}")
+    # A body that is not a chat completion (a proxy's error page, say), or any other SDK failure.
+    return TransientError(f"{type(exc).__name__}: {exc}")

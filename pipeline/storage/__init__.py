@@ -1,0 +1,1 @@
+"""Where document bytes live: the content-addressed store (CAS)."""

@@ -1,0 +1,145 @@
+"""The content-addressed store (CAS): a port and its adapters.
+
+Content is named by ``"sha256:<64 hex>"``. Events carry only the hash; workers read the bytes from here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Protocol
+
+from shardfuse.pipeline.core.durable_files import atomic_write_bytes
+from shardfuse.pipeline.core.errors import ContentNotFoundError, PermanentError, StoreUnavailableError
+from shardfuse.pipeline.core.events import hex_digest
+
+
+def hash_content(data: bytes) -> str:
+    """The CAS name of ``data``: ``"sha256:<hex>"``."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class ContentStore(Protocol):
+    """Where content lives, keyed by its hash."""
+
+    def put(self, data: bytes) -> str:
+        """Store ``data`` (idempotent) and return its hash ``"sha256:<hex>"``."""
+        ...
+
+    def get(self, content_hash: str) -> bytes:
+        """The bytes stored under ``content_hash``; :class:`ContentNotFoundError` if there are none."""
+        ...
+
+    def exists(self, content_hash: str) -> bool:
+        """Whether content is stored under ``content_hash``."""
+        ...
+
+    def size(self, content_hash: str) -> int:
+        """How many bytes are stored under ``content_hash`` (without reading them);
+        :class:`ContentNotFoundError` if there are none."""
+        ...
+
+
+class LocalContentStore:
+    """A CAS on a local (or shared) filesystem: ``<root>/<first 2 hex>/<remaining 62 hex>``.
+
+    Hashes are validated before they become paths, so no hash can escape ``root``. Writes go to a temporary
+    file in the target folder and are renamed into place, so readers never see a partial file and two
+    writers of the same content both succeed.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def path_for(self, content_hash: str) -> Path:
+        """The file that holds ``content_hash`` (which need not exist). Raises
+        :class:`~shardfuse.pipeline.core.errors.InvalidEventError` for a malformed hash."""
+        digest = hex_digest(content_hash)
+        return self._root / digest[:2] / digest[2:]
+
+    def put(self, data: bytes) -> str:
+        """Store ``data`` and return its hash; storing the same bytes again is a no-op."""
+        name = hash_content(data)
+        target = self.path_for(name)
+        if target.is_file():
+            return name
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(target, data, tmp_prefix=".tmp-")
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot write {name} to the CAS at {self._root}: {exc}") from exc
+        return name
+
+    def get(self, content_hash: str) -> bytes:
+        """The bytes stored under ``content_hash``, verified against the hash."""
+        path = self.path_for(content_hash)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise ContentNotFoundError(_not_found(f"the CAS at {self._root}", content_hash)) from exc
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot read {content_hash} from the CAS: {exc}") from exc
+        actual = hash_content(data)
+        if actual != content_hash:
+            raise PermanentError(
+                f"corrupt CAS file {path}: its content hashes to {actual}, not {content_hash}; "
+                "delete the file and publish the content again"
+            )
+        return data
+
+    def exists(self, content_hash: str) -> bool:
+        """Whether a file for ``content_hash`` exists (its content is not re-verified)."""
+        return self.path_for(content_hash).is_file()
+
+    def size(self, content_hash: str) -> int:
+        """The size of the file for ``content_hash``, from the filesystem (the content is not read)."""
+        path = self.path_for(content_hash)
+        try:
+            return path.stat().st_size
+        except FileNotFoundError as exc:
+            raise ContentNotFoundError(_not_found(f"the CAS at {self._root}", content_hash)) from exc
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot stat {content_hash} in the CAS: {exc}") from exc
+
+
+class InMemoryContentStore:
+    """A CAS in a dict, for unit tests."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+
+    def put(self, data: bytes) -> str:
+        """Store ``data`` and return its hash."""
+        name = hash_content(data)
+        self._blobs[name] = bytes(data)
+        return name
+
+    def get(self, content_hash: str) -> bytes:
+        """The bytes stored under ``content_hash``."""
+        hex_digest(content_hash)
+        try:
+            return self._blobs[content_hash]
+        except KeyError as exc:
+            raise ContentNotFoundError(_not_found("the in-memory CAS", content_hash)) from exc
+
+    def exists(self, content_hash: str) -> bool:
+        """Whether content is stored under ``content_hash``."""
+        hex_digest(content_hash)
+        return content_hash in self._blobs
+
+    def size(self, content_hash: str) -> int:
+        """How many bytes are stored under ``content_hash``."""
+        hex_digest(content_hash)
+        try:
+            return len(self._blobs[content_hash])
+        except KeyError as exc:
+            raise ContentNotFoundError(_not_found("the in-memory CAS", content_hash)) from exc
+
+
+def _not_found(where: str, content_hash: str) -> str:
+    return (f"{where} holds no content {content_hash}: put the content in the CAS before publishing its event "
+            "(the publisher does), then retry this dead letter (`shardfuse deadletters retry ID`)")

@@ -1,0 +1,1 @@
+"""LLM query expansion: the prompt, the expander and its cache."""

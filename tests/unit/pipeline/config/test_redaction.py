@@ -1,0 +1,139 @@
+"""Secrets stay out of reprs, printed URLs and recorded state; the embedded servers get passwords safely."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from shardfuse.pipeline.config.redaction import (
+    MASK,
+    dsn_password,
+    redact_dsn,
+    redact_text,
+    redact_url,
+    secret_values,
+    url_password,
+)
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers.stack import postgres_server, redis_server
+from shardfuse.workers.stack.addresses import StackAddresses
+from shardfuse.workers.stack.errors import StackError
+from shardfuse.workers.stack.launcher import _current_state
+from shardfuse.workers.stack.layout import StackLayout
+
+REDIS_PW = "Rd#7q!zx SECRET;x"
+PG_PW = "Pg@9w/SECRET'x"
+
+
+def _secret_settings(**extra: object) -> Settings:
+    redis_pw = quote(REDIS_PW, safe="")
+    return Settings.model_validate({
+        "broker": {"url": f"redis://:{redis_pw}@127.0.0.1:16379/0",
+                   "result_backend": f"redis://:{redis_pw}@127.0.0.1:16379/1"},
+        "postgres": {"dsn": f"postgresql://postgres:{quote(PG_PW, safe='')}@127.0.0.1:15432/sf",
+                     "shard_dsns": ["host=127.0.0.1 port=15432 dbname=s0 user=u password=ShardPw0",
+                                    "postgresql://u:ShardPw1@127.0.0.1:15432/s1"]},
+        "shards": 2,
+        "embedder": {"api_key": "sk-embedder-SECRET"},
+        "context": {"api_key": "sk-context-SECRET"},
+        "query": {"expansion": {"api_key": "sk-expansion-SECRET"}},
+        "flower": {"password": "flower-SECRET"},
+        **extra,
+    })
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://default:p%40ss@h:1/0", "redis://default:***@h:1/0"),
+        ("redis://:p@ss:w@h:1/0", "redis://:***@h:1/0"),  # unencoded '@' and ':' in the password
+        ("redis://:ab#cd@h:1/0", "redis://:***@h:1/0"),
+        ("redis://:a;b@h/0;redis://:c@h2/0", "redis://:***@h/0;redis://:***@h2/0"),  # kombu failover list
+        ("postgresql://postgres:Pg%40x@127.0.0.1:5/db", "postgresql://postgres:***@127.0.0.1:5/db"),
+        ("postgresql://u@h/db?sslmode=require&password=zz", "postgresql://u@h/db?sslmode=require&password=***"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+    ],
+)
+def test_urls_are_shown_with_their_password_masked(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_key_value_dsns_are_masked_and_passwords_are_read_decoded() -> None:
+    masked = redact_dsn("host=h user=u password='a b' dbname=d")
+    assert "a b" not in masked and f"password={MASK}" in masked and "host=h" in masked
+    assert redact_dsn("host=h user=u") == "host=h user=u"
+    assert redact_dsn("host='unterminated password=x") == "<unparseable connection string>"
+    assert dsn_password("postgresql://postgres:Pg%40x@h/db") == "Pg@x"
+    assert dsn_password("host=h password=xx") == "xx" and dsn_password("host=h") is None
+    assert url_password("redis://:p%23w@h:1/0") == "p#w" and url_password("redis://h:1/0") is None
+
+
+def test_secret_values_lists_every_secret_of_the_settings() -> None:
+    assert set(secret_values(_secret_settings())) == {
+        REDIS_PW, PG_PW, "ShardPw0", "ShardPw1", "sk-embedder-SECRET", "sk-context-SECRET",
+        "sk-expansion-SECRET", "flower-SECRET",
+    }  # fmt: skip
+    assert secret_values(Settings.model_validate({"flower": {"password": ""}})) == []
+
+
+def test_redact_text_masks_plain_and_url_encoded_spellings() -> None:
+    text = f"connecting to redis://:{quote(REDIS_PW, safe='')}@h/0 with {REDIS_PW} and {PG_PW}"
+    clean = redact_text(text, [REDIS_PW, PG_PW])
+    assert REDIS_PW not in clean and quote(REDIS_PW, safe="") not in clean and PG_PW not in clean
+    assert clean.count(MASK) == 3
+
+
+def test_repr_and_str_of_the_settings_hold_no_secret() -> None:
+    settings = _secret_settings()
+    for shown in (repr(settings), str(settings), repr(settings.broker), repr(settings.postgres)):
+        for secret in secret_values(settings):
+            for spelling in (secret, quote(secret, safe="")):
+                assert spelling not in shown
+    assert "redis://:***@127.0.0.1:16379/0" in repr(settings)
+    assert settings.broker.display_url == "redis://:***@127.0.0.1:16379/0"
+    assert settings.broker.url.startswith("redis://:Rd%23")  # the value itself is untouched
+
+
+def test_the_recorded_stack_state_holds_no_password(tmp_path: Path) -> None:
+    settings = _secret_settings(data_dir=tmp_path)
+    state = _current_state(settings, addresses=StackAddresses.from_settings(settings), layout=StackLayout(tmp_path))
+    assert state.broker_url == "redis://:***@127.0.0.1:16379/0"
+    assert state.postgres_dsn == "postgresql://postgres:***@127.0.0.1:15432/sf"
+
+
+def test_the_redis_password_goes_on_stdin_escaped_never_on_the_command_line(tmp_path: Path) -> None:
+    settings = _secret_settings(data_dir=tmp_path)
+    password = redis_server.broker_password(settings.broker.url)
+    assert password == REDIS_PW
+    text = redis_server.config_text(password)
+    assert re.fullmatch(r'requirepass "(?:[A-Za-z0-9]|\\x[0-9a-f]{2})+"\n', text)
+    escaped = text.split('"')[1]
+    decoded = re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(int(m[1], 16)), escaped).encode("latin-1").decode()
+    assert decoded == REDIS_PW
+    assert redis_server.config_text(None) == ""
+    command = redis_server.redis_command(Path("/bin/redis-server"), endpoint=StackAddresses.from_settings(
+        settings).redis, layout=StackLayout(tmp_path))  # fmt: skip
+    assert not any(REDIS_PW in arg or "requirepass" in arg for arg in command)
+    with pytest.raises(StackError, match="only the default"):
+        redis_server.broker_password("redis://someone:pw@127.0.0.1:1/0")
+    assert redis_server.broker_password("redis://default:pw@127.0.0.1:1/0") == "pw"
+
+
+def test_postgres_requires_scram_over_tcp_only_when_the_dsn_has_a_password(tmp_path: Path) -> None:
+    target = StackAddresses.from_settings(_secret_settings()).postgres
+    strict = postgres_server.hba_conf(password_required=True)
+    tcp_rules = [line.split() for line in strict.splitlines() if line.startswith("host")]
+    assert tcp_rules and all(rule[-1] == "scram-sha-256" for rule in tcp_rules)
+    assert not any(line.split()[-1] == "trust" for line in strict.splitlines() if line.startswith("host"))
+    assert all(line.split()[-1] == "trust" for line in postgres_server.hba_conf(password_required=False).splitlines()
+               if line.startswith(("host", "local")))  # fmt: skip
+    conf = postgres_server.server_conf(target, socket_dir=tmp_path, password_required=True)
+    assert "unix_socket_permissions = 0700" in conf and "scram-sha-256" in conf
+    assert PG_PW not in conf
+    assert "unix_socket_permissions" not in postgres_server.server_conf(target, socket_dir=tmp_path)
+    assert postgres_server.dsn_password(_secret_settings().postgres.dsn) == PG_PW

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from shardfuse.pipeline.config.settings import CONFIG_ENV, EmbedderProvider, Settings, load_settings
+from shardfuse.pipeline.core.errors import ConfigurationError
+from tests.support.paths import REPO
+
+DEFAULT_TOML = REPO / "config" / "default.toml"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("SHARDFUSE_"):
+            monkeypatch.delenv(key)
+
+
+def test_default_toml_spells_out_the_builtin_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    from_file = load_settings(DEFAULT_TOML)
+    monkeypatch.delenv(CONFIG_ENV)
+    assert from_file.model_dump() == Settings().model_dump()
+    # ...and names every section the settings object has, so nothing is configurable only by surprise.
+    assert set(tomllib.loads(DEFAULT_TOML.read_text())) == set(Settings.model_fields)
+
+
+def test_environment_overrides_file_which_overrides_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "site.toml"
+    config.write_text('shards = 4\n[embedder]\nprovider = "hashing"\nbatch_size = 16\n')
+    settings = load_settings(config)
+    assert settings.shards == 4 and settings.embedder.provider is EmbedderProvider.HASHING
+    monkeypatch.setenv("SHARDFUSE_SHARDS", "3")
+    monkeypatch.setenv("SHARDFUSE_EMBEDDER__BATCH_SIZE", "8")
+    settings = load_settings(config)
+    assert settings.shards == 3 and settings.embedder.batch_size == 8
+    assert settings.embedder.provider is EmbedderProvider.HASHING  # untouched keys keep the file's value
+
+
+def test_bad_settings_are_configuration_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        load_settings(tmp_path / "missing.toml")
+    monkeypatch.setenv("SHARDFUSE_CHUNKING__OVERLAP_TOKENS", "600")
+    with pytest.raises(ConfigurationError, match="overlap"):
+        load_settings()
+    monkeypatch.delenv("SHARDFUSE_CHUNKING__OVERLAP_TOKENS")
+    monkeypatch.setenv("SHARDFUSE_BROKER__VISIBILITY_TIMEOUT_S", "100")
+    with pytest.raises(ConfigurationError, match="visibility_timeout"):
+        load_settings()
+
+
+def test_secrets_never_reach_reprs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDFUSE_FLOWER__PASSWORD", "hunter2")
+    settings = load_settings()
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings.model_dump())
+    assert settings.flower.password.get_secret_value() == "hunter2"
+
+
+def test_relative_paths_live_under_the_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SHARDFUSE_DATA_DIR", str(tmp_path))
+    settings = load_settings()
+    assert settings.cas_root == tmp_path / "cas" and settings.bm25_root == tmp_path / "bm25"
+    monkeypatch.setenv("SHARDFUSE_SHARDS", "2")
+    monkeypatch.setenv("SHARDFUSE_POSTGRES__SHARD_DSNS", '["postgresql://a/x", "postgresql://b/y"]')
+    assert load_settings().shard_dsn(1) == "postgresql://b/y"
+
+
+def test_zone_profiles_override_fusion_defaults_per_zone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "profiles.toml"
+    config.write_text('[query.zone_profiles."code"]\nfusion = "convex"\nalpha = 0.8\n'
+                      '[query.zone_profiles."docs"]\nalpha = 0.3\n')
+    monkeypatch.setenv("SHARDFUSE_CONFIG", str(config))
+    query = load_settings().query
+    assert query.fusion_defaults("code") == ("convex", 0.8)
+    assert query.fusion_defaults("docs") == (query.fusion, 0.3)  # only what the profile names
+    assert query.fusion_defaults("other") == (query.fusion, query.alpha)
+    assert query.fusion_defaults(None) == (query.fusion, query.alpha)  # a bad zone is rejected later
+    config.write_text('[query.zone_profiles."code"]\nfusion = "borda"\n')
+    with pytest.raises(ConfigurationError):
+        load_settings()

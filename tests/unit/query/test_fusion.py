@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import pytest
+
+from shardfuse.query.fusion import Fusion, convex, fuse, min_max, rrf, rrf_weighted, weighted
+
+
+def _leg(*ids: str) -> list[tuple[str, float]]:
+    return [(chunk_id, float(len(ids) - i)) for i, chunk_id in enumerate(ids)]
+
+
+def test_rrf_matches_hand_computed_scores() -> None:
+    fused = rrf({"keyword": _leg("a", "b", "c"), "vector": _leg("c", "a", "d")}, k=60)
+    scores = {hit.chunk_id: hit.score for hit in fused}
+    assert scores["a"] == pytest.approx(1 / 61 + 1 / 62)
+    assert scores["c"] == pytest.approx(1 / 63 + 1 / 61)
+    assert scores["b"] == pytest.approx(1 / 62)
+    assert scores["d"] == pytest.approx(1 / 63)
+    assert [h.chunk_id for h in fused] == ["a", "c", "b", "d"]
+    assert fused[0].ranks == {"keyword": 1, "vector": 2}
+    assert fused[3].ranks == {"vector": 3}
+
+
+def test_rrf_k_changes_how_much_top_ranks_dominate() -> None:
+    legs = {"keyword": _leg("x", "a", "b", "y"), "vector": _leg("z", "c", "d", "y")}
+    # y is fourth in both legs; x and z are first in one. k=1: 1/2 > 2/5, so one first place wins;
+    # k=60: 2/64 > 1/61, so agreement between the legs wins.
+    assert rrf(legs, k=1)[0].chunk_id in {"x", "z"}
+    assert rrf(legs, k=60)[0].chunk_id == "y"
+
+
+def test_rrf_weights_and_rrf_weighted() -> None:
+    legs = {"keyword": _leg("a", "b"), "vector": _leg("b", "a")}
+    assert rrf(legs, weights={"vector": 3.0})[0].chunk_id == "b"
+    assert rrf_weighted(legs, alpha=0.9)[0].chunk_id == "b"
+    assert rrf_weighted(legs, alpha=0.1)[0].chunk_id == "a"
+    plain, half = rrf(legs), rrf_weighted(legs, alpha=0.5)
+    assert [(h.chunk_id, h.score) for h in plain] == [(h.chunk_id, pytest.approx(h.score)) for h in half]
+
+
+def test_weighted_uses_min_max_scores_and_alpha_on_the_vector_leg() -> None:
+    legs = {"keyword": [("a", 10.0), ("b", 6.0), ("c", 2.0)], "vector": [("c", 0.9), ("b", 0.5), ("d", 0.1)]}
+    scores = {h.chunk_id: h.score for h in weighted(legs, alpha=0.25)}
+    # keyword normalised: a 1, b .5, c 0; vector normalised: c 1, b .5, d 0
+    assert scores == pytest.approx({"a": 0.75, "b": 0.5, "c": 0.25, "d": 0.0})
+    assert weighted(legs, alpha=1.0)[0].chunk_id == "c" and weighted(legs, alpha=0.0)[0].chunk_id == "a"
+    with pytest.raises(ValueError):
+        weighted(legs, alpha=1.5)
+
+
+def test_convex_renormalises_weights_of_legs_that_are_off_and_normalises_again() -> None:
+    legs = {"keyword": [("a", 4.0), ("b", 2.0), ("c", 0.0)], "vector": []}
+    # the vector leg is empty (off): keyword takes the whole weight, scores end in [0, 1]
+    assert {h.chunk_id: h.score for h in convex(legs, weights={"keyword": 0.3, "vector": 0.7})} == pytest.approx(
+        {"a": 1.0, "b": 0.5, "c": 0.0}
+    )
+    both = {"keyword": [("a", 4.0), ("b", 0.0)], "vector": [("b", 1.0), ("a", 0.0)]}
+    # raw: a = .25·1 + .75·0 = .25, b = .25·0 + .75·1 = .75 → normalised a 0, b 1
+    assert {h.chunk_id: h.score for h in convex(both, weights={"keyword": 1, "vector": 3})} == pytest.approx(
+        {"a": 0.0, "b": 1.0}
+    )
+
+
+def test_min_max_edge_cases_and_dispatch() -> None:
+    assert min_max([]) == {} and min_max([("a", 3.0), ("b", 3.0)]) == {"a": 1.0, "b": 1.0}
+    legs = {"keyword": _leg("a", "b"), "vector": _leg("b", "a")}
+    for method in Fusion:
+        fused = fuse(method, legs, alpha=0.5, rrf_k=60)
+        assert {h.chunk_id for h in fused} == {"a", "b"}
+    assert [h.chunk_id for h in rrf({"keyword": _leg("b", "a", "c")})] == ["b", "a", "c"]
+    assert rrf({}) == [] and rrf({"keyword": []}) == []
+    with pytest.raises(ValueError):
+        rrf({"keyword": _leg("a")}, k=0)

@@ -1,0 +1,49 @@
+"""BM25 freshness bookkeeping and broker views, on fakeredis (pure unit tests of Redis-using code)."""
+
+from __future__ import annotations
+
+import json
+
+import fakeredis
+
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.workers.monitor import queue_depths, unacked_by_queue
+
+
+def test_first_write_schedules_a_rebuild_and_later_writes_ride_along() -> None:
+    tracker = Bm25Freshness(fakeredis.FakeRedis())
+    assert tracker.mark_dirty(0) is True
+    assert tracker.mark_dirty(0) is False and tracker.mark_dirty(0) is False
+    assert tracker.mark_dirty(1) is True  # shards are independent
+    assert tracker.dirty_version(0) == 3
+
+
+def test_a_write_during_a_rebuild_schedules_another_one() -> None:
+    tracker = Bm25Freshness(fakeredis.FakeRedis())
+    tracker.mark_dirty(0)
+    built = tracker.begin_rebuild(0)  # clears the flag, reads version 1
+    assert built == 1
+    assert tracker.mark_dirty(0) is True  # committed while the build ran: not covered by it
+    assert tracker.dirty_version(0) == 2 > built
+
+
+def test_queue_views_read_kombu_redis_layout() -> None:
+    client = fakeredis.FakeRedis()
+    client.rpush("ingest", "m1", "m2")
+    client.rpush("ingest\x06\x169", "m3")  # a priority-9 message
+    client.rpush("embed", "m4")
+    client.hset("unacked", "tag1", json.dumps([{"body": "..."}, "", "maintenance"]))
+    client.hset("unacked", "tag2", json.dumps([{"body": "..."}, "", "ingest"]))
+    client.hset("unacked", "tag3", "corrupt")
+    assert queue_depths(client) == {"ingest": 3, "embed": 1, "maintenance": 0, "query": 0}
+    assert unacked_by_queue(client) == {"ingest": 1, "embed": 0, "maintenance": 1, "query": 0}
+
+
+def test_rebuilds_are_paced_by_how_long_the_last_one_took() -> None:
+    tracker = Bm25Freshness(fakeredis.FakeRedis())
+    assert tracker.rebuild_delay(0, debounce_s=1.0) == 1.0  # no build yet: the debounce
+    tracker.record_build(0, seconds=0.2)
+    assert tracker.rebuild_delay(0, debounce_s=1.0) == 1.0
+    tracker.record_build(0, seconds=3.0)
+    assert tracker.rebuild_delay(0, debounce_s=1.0) == 6.0
+    assert tracker.rebuild_delay(1, debounce_s=1.0) == 1.0  # per shard

@@ -1,0 +1,72 @@
+"""Building the Celery application: broker, serialization, routing and delivery guarantees.
+
+Workers use the app of :mod:`shardfuse.workers.celery_app`; clients (the CLI, the publisher) build their own from
+the settings they were given.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from celery import Celery, signals
+from kombu import Queue as KombuQueue
+
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers.broker.serialization import JSON_ONLY
+from shardfuse.workers.broker.transport import TRANSPORT
+from shardfuse.workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue
+from shardfuse.workers.runtime import RuntimeHolder
+
+TASK_MODULES = (
+    "shardfuse.workers.tasks.ingest",
+    "shardfuse.workers.tasks.embed",
+    "shardfuse.workers.tasks.maintenance",
+    "shardfuse.workers.tasks.search",
+)
+
+
+def broker_transport(url: str) -> str | None:
+    """Our Redis transport (:mod:`shardfuse.workers.broker.transport`) for a plain ``redis://`` broker; kombu's choice
+    from the URL scheme otherwise (``rediss://`` keeps kombu's TLS set-up, ``sentinel://`` its failover)."""
+    return TRANSPORT if url.split("://", 1)[0] == "redis" else None
+
+
+@signals.before_task_publish.connect(weak=False)
+def stamp_published(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    """Every message shardfuse publishes (events, documents, retries) says when: ``shardfuse status`` shows
+    how long the oldest message of each queue has waited."""
+    if headers is not None:
+        headers[PUBLISHED_HEADER] = time.time()
+
+
+def create_app(settings: Settings) -> Celery:
+    app = Celery("shardfuse", broker=settings.broker.url, backend=settings.broker.result_backend)
+    app.conf.update(JSON_ONLY)
+    app.conf.update(
+        # A message is acknowledged after its effect is committed; a worker killed mid-task leaves it
+        # to be redelivered. Every task is idempotent, so running twice is harmless.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        # Long tasks: take one message at a time so a busy process does not hoard the queue.
+        worker_prefetch_multiplier=1,
+        task_queues=[KombuQueue(q.value, routing_key=q.value) for q in Queue],
+        task_default_queue=Queue.INGEST.value,
+        task_routes={task.value: {"queue": queue.value, "routing_key": queue.value}
+                     for task, queue in TASK_QUEUES.items()},
+        broker_transport=broker_transport(settings.broker.url),
+        # One list per queue (no priority steps): our transport receives a queue with BLMOVE, atomically.
+        broker_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s,
+                                  "priority_steps": [0]},
+        result_backend_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s},
+        result_expires=3600,
+        broker_connection_retry_on_startup=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        include=list(TASK_MODULES),
+    )
+    app.shardfuse_settings = settings  # type: ignore[attr-defined]
+    app.shardfuse_runtime = RuntimeHolder(settings)  # type: ignore[attr-defined]
+    return app
+

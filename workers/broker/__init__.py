@@ -1,0 +1,1 @@
+"""The broker side of delivery: kombu transport, consumer inboxes, redelivery, serialization."""

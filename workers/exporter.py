@@ -1,0 +1,185 @@
+"""The Prometheus collector of ``shardfuse exporter``: at every scrape, the totals every process flushed to
+Redis (:mod:`shardfuse.pipeline.observability.metrics`) plus gauges read live from the broker, the BM25 manifests and
+PostgreSQL.
+
+Names are ``shardfuse_*``; counters end in ``_total``, durations in ``_seconds``. A part that cannot be
+read (Redis or PostgreSQL down) is left out of the scrape and ``shardfuse_up{component}`` says 0: a scrape
+never fails with a 500 because what it watches is down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+import psycopg
+import redis
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from shardfuse.pipeline.admin.dead_letters import dead_letter_count
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import ShardfuseError
+from shardfuse.pipeline.index.store import vector_index
+from shardfuse.pipeline.index.store.schema import shard_schema
+from shardfuse.pipeline.observability import metrics
+from shardfuse.pipeline.observability.metric_totals import MetricTotals, label_names, read_totals
+from shardfuse.pipeline.observability.metrics import Series
+from shardfuse.workers import monitor
+from shardfuse.workers.broker.inbox import UNREADABLE_KEY
+from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
+from shardfuse.workers.tasks.base import VECTOR_INDEX_FLAG
+
+log = logging.getLogger(__name__)
+NAMESPACE = "shardfuse"
+# A scrape waits this long at most for PostgreSQL to accept a connection.
+CONNECT_TIMEOUT_S = 3
+V = TypeVar("V")
+
+
+def totals_families(totals: MetricTotals) -> list[Metric]:
+    """Every counter and histogram series flushed to Redis, as metric families."""
+    families: list[Metric] = []
+    for name, keys, rows in _by_metric(totals.counters):
+        family = CounterMetricFamily(f"{NAMESPACE}_{name}", metrics.HELP.get(name, name), labels=keys)
+        for values, value in rows:
+            family.add_metric(values, value)
+        families.append(family)
+    for name, keys, hist_rows in _by_metric(totals.histograms):
+        histogram = HistogramMetricFamily(f"{NAMESPACE}_{name}", metrics.HELP.get(name, name), labels=keys)
+        for values, hist in hist_rows:
+            histogram.add_metric(values, [(floatToGoString(bound), count) for bound, count in hist.buckets], hist.sum)
+        families.append(histogram)
+    ratio = GaugeMetricFamily(f"{NAMESPACE}_embedding_cache_hit_ratio",
+                              "Share of distinct chunk texts the embedding cache answered, since counting began.",
+                              labels=["model"])
+    for model in sorted(totals.breakdown(metrics.EMBEDDING_CACHE_HITS, "model")):
+        hits = totals.counter(metrics.EMBEDDING_CACHE_HITS, model=model)
+        looked_up = hits + totals.counter(metrics.EMBEDDING_CACHE_MISSES, model=model)
+        if looked_up:
+            ratio.add_metric([model], hits / looked_up)
+    families.append(ratio)
+    return families
+
+
+def _by_metric(series: Mapping[Series, V]) -> Iterator[tuple[str, list[str], list[tuple[list[str], V]]]]:
+    """Per metric name: the label names its series use, and each series' label values (in that order; "" for
+    a label the series lacks) with its value."""
+    for name in sorted({n for n, _ in series}):
+        mine = sorted(((labels, value) for (n, labels), value in series.items() if n == name), key=lambda row: row[0])
+        keys = label_names((name, labels) for labels, _ in mine)
+        yield name, keys, [([dict(labels).get(k, "") for k in keys], value) for labels, value in mine]
+
+
+def _gauge(name: str, documentation: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{NAMESPACE}_{name}", documentation, labels=labels or [])
+
+
+def broker_families(settings: Settings, client: redis.Redis) -> list[Metric]:
+    """Queues, stuck messages and index lag, read from the broker's Redis and the BM25 manifests."""
+    waiting = _gauge("queue_waiting_messages", "Messages waiting in the queue.", ["queue"])
+    in_flight = _gauge("queue_in_flight_messages", "Messages delivered to a worker and not yet acknowledged.",
+                       ["queue"])
+    oldest_waiting = _gauge("queue_oldest_waiting_seconds",
+                            "How long the message next in line has waited (0: none waiting).", ["queue"])
+    oldest_held = _gauge("queue_oldest_in_flight_seconds",
+                         "How long the longest-held delivered message has been held (0: none).", ["queue"])
+    depths, unacked = monitor.queue_depths(client), monitor.unacked_by_queue(client)
+    ages, held = monitor.oldest_waiting_s(client), monitor.oldest_in_flight_s(client)
+    for queue in sorted(depths):
+        waiting.add_metric([queue], depths[queue])
+        in_flight.add_metric([queue], unacked[queue])
+        oldest_waiting.add_metric([queue], ages[queue] or 0.0)
+        oldest_held.add_metric([queue], held[queue] or 0.0)
+    dead_held = _gauge("messages_held_by_dead_workers", "Delivered messages held by workers that stopped.")
+    dead_held.add_metric([], len(orphaned_tags(client, grace_s=orphan_grace_s(settings.delivery.dead_after_s))))
+    unreadable = _gauge("unreadable_messages", "Messages that were no task message, kept aside in Redis.")
+    unreadable.add_metric([], int(client.llen(UNREADABLE_KEY)))
+
+    lag = _gauge("bm25_lag_versions", "Commits to the shard its BM25 index does not include yet.", ["shard"])
+    behind = _gauge("bm25_behind_seconds", "Since the first commit the shard's BM25 index lacks (0: none).",
+                    ["shard"])
+    current = _gauge("bm25_current", "1 when the shard's BM25 index includes every commit and was built by "
+                                     "the configured tokenizer.", ["shard"])
+    generation = _gauge("bm25_generation", "The shard's published BM25 generation (-1: none yet).", ["shard"])
+    scheduled = _gauge("vector_index_build_scheduled",
+                       "1 while a deferred HNSW index build of the shard is scheduled.", ["shard"])
+    for row in monitor.bm25_lag(settings, client):
+        shard = [str(row["shard"])]
+        lag.add_metric(shard, row["lag_versions"])
+        behind.add_metric(shard, row["behind_s"])
+        current.add_metric(shard, int(row["current"]))
+        generation.add_metric(shard, -1 if row["generation"] is None else row["generation"])
+        scheduled.add_metric(shard, int(client.exists(f"{VECTOR_INDEX_FLAG}:{row['shard']}")))
+    return [waiting, in_flight, oldest_waiting, oldest_held, dead_held, unreadable, lag, behind, current, generation,
+            scheduled]
+
+
+class _OneConnection:
+    """A connection lent as a pool (what :func:`shardfuse.pipeline.admin.dead_letters.dead_letter_count` takes)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def connection(self) -> contextlib.nullcontext[psycopg.Connection[Any]]:
+        return contextlib.nullcontext(self._conn)
+
+
+def database_families(settings: Settings) -> list[Metric]:
+    """Dead letters and deferred HNSW indexes, from PostgreSQL (one short-lived connection per database)."""
+    deferred = _gauge("vector_index_deferred", "1 while the shard's HNSW index is dropped for a bulk load "
+                                               "(searches are exact scans until it is built).", ["shard"])
+    dead = _gauge("dead_letters", "Dead letters waiting for a person (shardfuse deadletters).")
+    connections: dict[str, psycopg.Connection[Any]] = {}
+
+    def connect(dsn: str) -> psycopg.Connection[Any]:
+        if dsn not in connections:
+            connections[dsn] = psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        return connections[dsn]
+
+    try:
+        try:
+            shared: Any = _OneConnection(connect(settings.postgres.dsn))
+            dead.add_metric([], dead_letter_count(shared))
+        except psycopg.errors.UndefinedTable:
+            dead.add_metric([], 0)  # no worker has created the shared tables yet
+        for shard in range(settings.shards):
+            try:
+                is_deferred = vector_index.is_deferred(connect(settings.shard_dsn(shard)), shard_schema(shard))
+            except psycopg.errors.UndefinedTable:
+                is_deferred = False
+            deferred.add_metric([str(shard)], int(is_deferred))
+    finally:
+        for conn in connections.values():
+            conn.close()
+    return [dead, deferred]
+
+
+class ShardfuseCollector(Collector):
+    """Everything ``/metrics`` shows, read afresh at each scrape."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._client = monitor.broker_client(settings)
+
+    def collect(self) -> Iterator[Metric]:
+        up = _gauge("up", "1 when the exporter could read the component at this scrape.", ["component"])
+        families: list[Metric] = []
+        try:
+            from_redis = totals_families(read_totals(self._client))
+            families += from_redis + broker_families(self._settings, self._client)
+            up.add_metric(["redis"], 1)
+        except (redis.RedisError, OSError, ShardfuseError) as exc:
+            log.warning("scrape: cannot read Redis at %s: %s", self._settings.broker.display_url, exc)
+            up.add_metric(["redis"], 0)
+        try:
+            families += database_families(self._settings)
+            up.add_metric(["postgres"], 1)
+        except (psycopg.Error, OSError, ShardfuseError) as exc:
+            log.warning("scrape: cannot read PostgreSQL: %s", exc)
+            up.add_metric(["postgres"], 0)
+        yield from families
+        yield up
