@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from shardfuse.pipeline.core.errors import EmbeddingProviderError
+from shardfuse.pipeline.core.http_api import call_with_retries, is_rate_limited
 from shardfuse.pipeline.embed.limiters.backpressure import Backpressure, Outcome
 from shardfuse.pipeline.embed.packing import Batch, PackItem, PackLimits, pack
 from shardfuse.pipeline.embed.providers.base import Embedder, Vectors
@@ -38,7 +39,6 @@ from shardfuse.pipeline.embed.providers.input_limits import (
     fit_input,
     merge_pieces,
 )
-from shardfuse.pipeline.embed.retrying import call_with_retries, is_rate_limited
 from shardfuse.pipeline.index.store.embedding_cache import ChunkEmbeddingCache
 from shardfuse.pipeline.observability import metrics
 

@@ -9,23 +9,24 @@ winner, served from a cache when it can be, time-boxed to ``expansion.timeout_s`
 every failure (timeout, 429, 5xx, unparseable output, Redis down) ends as an :class:`ExpansionOutcome`
 without an expansion, never as an exception that fails the search.
 
-Layout: the prompt, the parser and the result type are in :mod:`shardfuse.query.expansion.prompt`, the cache key,
-port and Redis adapter in :mod:`shardfuse.query.expansion.cache`; here are the skip rule, the retry rule and
-:class:`QueryExpander`, which does the I/O.
+Layout: the prompt, the parser and the result type are in :mod:`shardfuse.query.expansion.prompt`, the cache
+key, port and Redis adapter in :mod:`shardfuse.query.expansion.cache`; the client, its retry policy and its
+errors are the ones every hosted API shares (:mod:`shardfuse.pipeline.core.http_api`). Here are the skip rule
+and :class:`QueryExpander`, which does the I/O.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
-import math
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from shardfuse.pipeline.config.settings import ExpansionSettings
+from shardfuse.pipeline.core.errors import ShardfuseError
+from shardfuse.pipeline.core.http_api import Endpoint, OpenAIApi, call_with_retries
 from shardfuse.query.expansion.cache import ExpansionCache, RedisExpansionCache, cache_key
 from shardfuse.query.expansion.prompt import (
     MAX_PASSAGE_CHARS,
@@ -38,7 +39,6 @@ from shardfuse.query.expansion.prompt import (
 )
 
 if TYPE_CHECKING:
-    # The SDK takes over a second to import: it is imported when the first client is built, not here.
     import openai
     from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
@@ -46,17 +46,17 @@ log = logging.getLogger(__name__)
 
 # One retry at most, and only when it fits in what is left of the time budget.
 _MAX_ATTEMPTS = 2
-# Statuses worth a second attempt (the ones the OpenAI SDK itself retries); every other 4xx is final.
-_RETRYABLE_STATUSES = frozenset({408, 409, 429})
-# Pause before a retry when the server does not say how long to wait.
-_DEFAULT_RETRY_DELAY_S = 0.2
+# The retry's jitter window when the server names no wait: the whole budget is a couple of seconds.
+_INITIAL_WAIT_S = 0.2
 # Do not start an attempt with less time than this left: it could not complete anyway.
 _MIN_ATTEMPT_S = 0.05
+# The label under which the retry policy counts 429s and retries, as for contexts.
+_PROVIDER = "chat"
 
 __all__ = [
     "MAX_PASSAGE_CHARS", "MAX_VARIANT_CHARS", "PROMPT_VERSION", "Expansion", "ExpansionCache", "ExpansionOutcome",
     "QueryExpander", "RedisExpansionCache", "build_messages", "cache_key", "keyword_leg_is_decisive",
-    "parse_expansion", "retry_delay",
+    "parse_expansion",
 ]  # fmt: skip
 
 Source = Literal["cache", "model", "skipped", "failed"]
@@ -90,30 +90,6 @@ def keyword_leg_is_decisive(scores: Sequence[float], *, min_top: float, min_gap_
     return (top - second) / top >= min_gap_ratio
 
 
-
-# -- retry rule ------------------------------------------------------------------------------------------
-def retry_delay(status: int, headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait before retrying a request that got ``status``, or ``None`` when a retry cannot help.
-
-    Follows the server: ``x-should-retry``, then ``retry-after-ms`` / ``retry-after`` (seconds), else a
-    short default pause. ``headers`` must be case-insensitive (as ``httpx.Headers`` are).
-    """
-    should_retry = headers.get("x-should-retry")
-    if should_retry == "false" or (should_retry != "true" and status not in _RETRYABLE_STATUSES and status < 500):
-        return None
-    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(header)
-        if value is None:
-            continue
-        try:
-            delay = float(value) / divisor
-        except ValueError:
-            continue  # an HTTP date, or garbage: the default pause will do
-        if math.isfinite(delay) and delay >= 0:
-            return delay
-    return _DEFAULT_RETRY_DELAY_S
-
-
 # -- the expander ----------------------------------------------------------------------------------------
 class _Failed(Exception):
     """Why the model gave no expansion; ends as ``ExpansionOutcome(source="failed", reason=...)``."""
@@ -135,15 +111,11 @@ class QueryExpander:
     ) -> None:
         self._settings = settings
         self._cache = cache if settings.cache_ttl_s > 0 else None
-        self._client = client
-        self._owns_client = client is None
-        self._lock = threading.Lock()
+        endpoint = Endpoint("chat completions", settings.model, "query.expansion", settings.base_url)
+        self._api = OpenAIApi(endpoint, api_key=settings.api_key, timeout_s=settings.timeout_s, client=client)
 
     def close(self) -> None:
-        with self._lock:
-            if self._owns_client and self._client is not None:
-                self._client.close()
-                self._client = None
+        self._api.close()
 
     def expand(self, query: str, *, keyword_scores: Sequence[float] | None = None) -> ExpansionOutcome:
         """Expand ``query``; pass the keyword leg's scores to skip expansion when that leg is decisive."""
@@ -185,47 +157,26 @@ class QueryExpander:
         return self._parse(response, query=query)
 
     def _call(self, messages: list[ChatCompletionMessageParam], *, deadline: float) -> ChatCompletion:
-        """One attempt, and one retry if the server asks for one and the budget still allows it.
+        """One attempt, and one retry of a transient failure if its wait (at least a ``Retry-After``) and a
+        minimal attempt still fit before ``deadline``. Each attempt's timeout is what is left of the budget."""
+        budget_s = deadline - time.perf_counter() - _MIN_ATTEMPT_S
+        if budget_s < 0:
+            raise _Failed(f"time budget of {self._settings.timeout_s:g} s spent before asking the model")
 
-        Retries are ours, not the SDK's (``max_retries=0``): the SDK honours a ``Retry-After`` of up to two
-        minutes, and each attempt's timeout must be what is left of the budget, not the whole of it.
-        """
-        import openai
-        from openai.types.chat import ChatCompletion
+        def attempt() -> ChatCompletion:
+            return self._api.chat_completion(
+                timeout_s=max(deadline - time.perf_counter(), _MIN_ATTEMPT_S),
+                model=self._settings.model,
+                messages=messages,
+                temperature=0,
+                response_format={"type": "json_object"},
+            )
 
-        client = self._get_client()
-        delay: float | None
-        for attempt in range(1, _MAX_ATTEMPTS + 1):
-            remaining = deadline - time.perf_counter()
-            if remaining < _MIN_ATTEMPT_S:
-                raise _Failed(f"time budget of {self._settings.timeout_s:g} s spent before attempt {attempt}")
-            try:
-                response = client.with_options(timeout=remaining, max_retries=0).chat.completions.create(
-                    model=self._settings.model,
-                    messages=messages,
-                    temperature=0,
-                    response_format={"type": "json_object"},
-                )
-            except openai.APITimeoutError:
-                raise _Failed(f"timed out (budget {self._settings.timeout_s:g} s)") from None
-            except openai.APIConnectionError as exc:
-                failure, delay = f"connection error: {exc.__cause__ or exc}", _DEFAULT_RETRY_DELAY_S
-            except openai.APIStatusError as exc:
-                failure, delay = f"HTTP {exc.status_code}", retry_delay(exc.status_code, exc.response.headers)
-            except openai.OpenAIError as exc:
-                raise _Failed(f"{type(exc).__name__}: {exc}") from None
-            else:
-                # The SDK hands back the raw text when a proxy answers 200 with something other than JSON.
-                if not isinstance(response, ChatCompletion):
-                    raise _Failed(f"the server's reply is not a chat completion ({type(response).__name__})")
-                return response
-            if delay is None or attempt == _MAX_ATTEMPTS:
-                raise _Failed(failure)
-            if time.perf_counter() + delay + _MIN_ATTEMPT_S > deadline:
-                raise _Failed(f"{failure}; no time left to retry after {delay:g} s")
-            log.info("query expansion: %s, retrying in %.2f s", failure, delay)
-            time.sleep(delay)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        try:
+            return call_with_retries(attempt, max_retry_s=budget_s, max_attempts=_MAX_ATTEMPTS,
+                                     initial_wait_s=_INITIAL_WAIT_S, provider=_PROVIDER)  # fmt: skip
+        except ShardfuseError as exc:
+            raise _Failed(str(exc)) from None
 
     def _parse(self, response: ChatCompletion, *, query: str) -> Expansion:
         if not response.choices:
@@ -237,21 +188,6 @@ class QueryExpander:
             return parse_expansion(content, query=query, max_variants=self._settings.max_variants)
         except ValueError as exc:
             raise _Failed(f"unusable model output: {exc}") from None
-
-    def _get_client(self) -> openai.OpenAI:
-        with self._lock:
-            if self._client is None:
-                import openai
-
-                settings = self._settings
-                self._client = openai.OpenAI(
-                    base_url=settings.base_url,
-                    # The SDK refuses to start without a key; local OpenAI-compatible servers ignore it.
-                    api_key=settings.api_key.get_secret_value() or "unset",
-                    timeout=settings.timeout_s,
-                    max_retries=0,
-                )
-            return self._client
 
 
 def _ms(started: float) -> float:

@@ -40,7 +40,7 @@ def llm_stack(chat: FakeChatServer) -> Iterator[Stack]:
         "SHARDFUSE_CONTEXT__REQUEST_TIMEOUT_S": "2",
         "SHARDFUSE_CONTEXT__MAX_RETRY_S": "1",
     }
-    with running_stack(overrides, keep_env=False) as stack:
+    with running_stack(overrides) as stack:
         yield stack
 
 

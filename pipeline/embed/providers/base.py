@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from shardfuse.pipeline.core.errors import (
-    ConfigurationError,
-    EmbeddingProviderError,
-    EmbeddingRequestError,
-    RateLimitedError,
-    ShardfuseError,
-)
+from shardfuse.pipeline.core.errors import ConfigurationError, EmbeddingProviderError
 
 Vectors = npt.NDArray[np.float32]
 
@@ -41,7 +35,7 @@ class Embedder(Protocol):
         ...
 
 
-# -- shared by the remote adapters (openai, voyage): parsing responses and mapping HTTP failures -----------
+# -- shared by the remote adapters (openai, voyage): reading the rows of a response ---------------------------
 
 
 def rows_by_index(items: Iterable[tuple[int, Sequence[float]]], count: int, *, dimensions: int, source: str) -> Vectors:
@@ -71,39 +65,3 @@ def rows_by_index(items: Iterable[tuple[int, Sequence[float]]], count: int, *, d
         raise EmbeddingProviderError(f"{source} returned a zero or non-finite vector")
     unit: Vectors = (out / norms[:, None]).astype(np.float32)
     return unit
-
-
-# Statuses a client can fix, with what to change. ``{detail}`` is the provider's message.
-_PERMANENT_HINTS: Mapping[int, str] = {
-    400: "{source} rejected the request (HTTP 400: {detail}); an input may be empty or over the model's "
-    "limits, or a parameter unsupported: check embedder.model and embedder.dimensions",
-    401: "{source} rejected the API key (HTTP 401: {detail}); set a valid key in SHARDFUSE_EMBEDDER__API_KEY",
-    403: "{source} does not allow this API key to use the model (HTTP 403: {detail}); check the key's "
-    "permissions or embedder.model",
-    404: "{source} has no such model or endpoint (HTTP 404: {detail}); check embedder.model and "
-    "embedder.base_url",
-    422: "{source} could not process the request (HTTP 422: {detail}); check embedder.model, "
-    "embedder.dimensions and the inputs",
-}
-# 408 (request timeout) and 409 (lock timeout) are the server's trouble, like 5xx.
-_TRANSIENT_4XX = frozenset({408, 409})
-
-
-def error_for_status(
-    status: int | None, detail: str, *, source: str, retry_after: float | None = None
-) -> ShardfuseError:
-    """Our exception for a provider's HTTP failure (``status`` None: no response at all).
-
-    429 is :class:`RateLimitedError`; 5xx, 408, 409, no status or a non-error one are transient
-    :class:`EmbeddingProviderError`; any other 4xx is a permanent :class:`EmbeddingRequestError`.
-    """
-    detail = " ".join(detail.split())[:300] or "no detail"
-    if status == 429:
-        wait = "" if retry_after is None else f"; retry after {retry_after:g}s"
-        return RateLimitedError(f"{source} is rate limiting (HTTP 429: {detail}){wait}", retry_after_s=retry_after)
-    # Below 400: a success status with a body that is not a response (a proxy's page), worth a retry.
-    if status is None or status < 400 or status >= 500 or status in _TRANSIENT_4XX:
-        code = "no response" if status is None else f"HTTP {status}"
-        return EmbeddingProviderError(f"{source} failed ({code}: {detail})")
-    hint = _PERMANENT_HINTS.get(status, "{source} refused the request (HTTP " + str(status) + ": {detail})")
-    return EmbeddingRequestError(hint.format(source=source, detail=detail), status=status)

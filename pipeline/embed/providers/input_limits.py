@@ -9,9 +9,7 @@ Voyage (see :func:`voyage_counter`), so that a count that fits here also fits at
 
 from __future__ import annotations
 
-import email.utils
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -259,29 +257,3 @@ def check_request(texts: Sequence[str], counter: TokenCounting, limits: Provider
             f"the batch counts {total} tokens, over {source}'s {limits.max_tokens_per_request} per request; "
             "pack smaller batches"
         )
-
-
-def retry_after_s(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
-    """The wait a 429 asks for, in seconds: ``retry-after-ms``, else ``Retry-After`` as seconds or an HTTP
-    date (relative to ``now``, default the wall clock). None when absent or unreadable; never negative."""
-    if not headers:
-        return None
-    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
-    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = lowered.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / divisor
-        except ValueError:
-            continue
-        if math.isfinite(seconds):
-            return max(0.0, seconds)
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))

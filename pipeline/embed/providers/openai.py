@@ -8,11 +8,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import SecretStr
 
-from shardfuse.pipeline.core.errors import ConfigurationError, EmbeddingProviderError, ShardfuseError
-from shardfuse.pipeline.embed.providers.base import Vectors, error_for_status, rows_by_index
+from shardfuse.pipeline.core.errors import ConfigurationError, EmbeddingProviderError
+from shardfuse.pipeline.core.http_api import Endpoint, OpenAIApi
+from shardfuse.pipeline.embed.providers.base import Vectors, rows_by_index
 from shardfuse.pipeline.embed.providers.input_limits import OPENAI_LIMITS, openai_counter
-from shardfuse.pipeline.embed.providers.input_limits import retry_after_s as parse_retry_after
 from shardfuse.pipeline.embed.providers.remote import RemoteEmbedder
 
 if TYPE_CHECKING:
@@ -25,12 +26,11 @@ _SHORTENABLE_PREFIX = "text-embedding-3-"
 
 
 class OpenAIEmbedder(RemoteEmbedder):
-    """Embeds through ``client.embeddings.create``: one request per call, no retries.
+    """Embeds through :class:`~shardfuse.pipeline.core.http_api.OpenAIApi`: one request per call, no retries.
 
-    The SDK's own retries are off (``max_retries=0``): backoff, concurrency and rate limits belong to the
-    caller's backpressure layer, which needs to see every 429 as it happens. SDK exceptions are translated
-    here into :class:`RateLimitedError`, :class:`EmbeddingProviderError` (transient) or
-    :class:`EmbeddingRequestError` (permanent).
+    Backoff, concurrency and rate limits belong to the caller's backpressure layer, which needs to see every
+    429 as it happens; the shared client raises :class:`RateLimitedError`, :class:`EmbeddingProviderError`
+    (transient) or :class:`EmbeddingRequestError` (permanent), naming ``embedder.*`` settings.
 
     ``dimensions`` defaults to the model's native size; a smaller size is requested from the API for
     text-embedding-3-* models. An unknown model (an OpenAI-compatible server) needs ``dimensions`` and is
@@ -54,12 +54,19 @@ class OpenAIEmbedder(RemoteEmbedder):
         self._send_dimensions = model.startswith(_SHORTENABLE_PREFIX)
         self._limits = OPENAI_LIMITS
         self._counter = openai_counter(model)
-        self._client = client if client is not None else _make_client(api_key, base_url, timeout_s)
-        self._source = f"OpenAI embeddings ({model})"
+        if not api_key and client is None:
+            raise ConfigurationError(
+                "the openai embedder needs an API key: set SHARDFUSE_EMBEDDER__API_KEY (any non-empty value for "
+                "a compatible server that ignores keys)"
+            )
+        endpoint = Endpoint("OpenAI embeddings", model, "embedder", base_url, parameters=("model", "dimensions"))
+        self._api = OpenAIApi(endpoint, api_key=SecretStr(api_key), timeout_s=timeout_s, client=client)
+        self._api.warm_up()  # the SDK's import belongs to the worker's start-up, not to its first batch
+        self._source = str(endpoint)
 
     def _request(self, texts: Sequence[str], input_type: str) -> Vectors:
         # OpenAI embeds queries like documents.
-        return self._prepare_output(self._call(self._prepare_input(texts)), len(texts))
+        return self._prepare_output(self._api.embeddings(**self._prepare_input(texts)), len(texts))
 
     # -- prepare → call → parse ------------------------------------------------------------------------
     def _prepare_input(self, texts: Sequence[str]) -> dict[str, Any]:
@@ -74,14 +81,6 @@ class OpenAIEmbedder(RemoteEmbedder):
         if self._send_dimensions:
             kwargs["dimensions"] = self._dimensions
         return kwargs
-
-    def _call(self, kwargs: dict[str, Any]) -> CreateEmbeddingResponse:
-        import openai
-
-        try:
-            return self._client.embeddings.create(**kwargs)
-        except openai.OpenAIError as exc:
-            raise _translate(exc, self._source) from exc
 
     def _prepare_output(self, response: CreateEmbeddingResponse, count: int) -> Vectors:
         try:
@@ -104,17 +103,6 @@ def _decoded(embedding: str | Sequence[float]) -> Sequence[float]:
     return np.frombuffer(raw, dtype="<f4")  # type: ignore[return-value]
 
 
-def _make_client(api_key: str, base_url: str, timeout_s: float) -> openai.OpenAI:
-    import openai
-
-    if not api_key:
-        raise ConfigurationError(
-            "the openai embedder needs an API key: set SHARDFUSE_EMBEDDER__API_KEY (any non-empty value for a "
-            "compatible server that ignores keys)"
-        )
-    return openai.OpenAI(api_key=api_key, base_url=base_url or None, timeout=timeout_s, max_retries=0)
-
-
 def _checked_dimensions(model: str, dimensions: int | None) -> int:
     native = NATIVE_DIMENSIONS.get(model)
     if dimensions is None:
@@ -135,20 +123,3 @@ def _checked_dimensions(model: str, dimensions: int | None) -> int:
                 f"{model} produces at most {native} dimensions; set embedder.dimensions to {native} or fewer"
             )
     return dimensions
-
-
-def _translate(exc: Exception, source: str) -> ShardfuseError:
-    """Our exception for an SDK exception (the SDK made exactly one attempt)."""
-    import openai
-
-    if isinstance(exc, openai.APITimeoutError):
-        return EmbeddingProviderError(f"{source} timed out: {exc}")
-    if isinstance(exc, openai.APIConnectionError):
-        return EmbeddingProviderError(f"{source} could not be reached: {exc}")
-    if isinstance(exc, openai.APIStatusError):
-        headers = exc.response.headers
-        return error_for_status(
-            exc.status_code, exc.message, source=source, retry_after=parse_retry_after(dict(headers.items()))
-        )
-    # A body that is not an embeddings response (a proxy's error page, say), or any other SDK failure.
-    return EmbeddingProviderError(f"{source} failed: {exc}")

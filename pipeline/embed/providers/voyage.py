@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import SecretStr
+
 from shardfuse.pipeline.core.errors import ConfigurationError, EmbeddingProviderError, ShardfuseError
-from shardfuse.pipeline.embed.providers.base import Vectors, error_for_status, rows_by_index
-from shardfuse.pipeline.embed.providers.input_limits import retry_after_s as parse_retry_after
+from shardfuse.pipeline.core.http_api import Endpoint, error_for_status, retry_after_s
+from shardfuse.pipeline.embed.providers.base import Vectors, rows_by_index
 from shardfuse.pipeline.embed.providers.input_limits import voyage_counter, voyage_limits
 from shardfuse.pipeline.embed.providers.remote import RemoteEmbedder
 
@@ -45,10 +47,11 @@ class VoyageEmbedder(RemoteEmbedder):
     """Embeds with a Voyage model: ``input_type="document"`` for documents, ``"query"`` for queries.
 
     One request per call and no retries (backoff is the caller's backpressure layer's job); SDK exceptions
-    become :class:`RateLimitedError`, :class:`EmbeddingProviderError` or :class:`EmbeddingRequestError`.
-    ``truncation`` is off: :func:`~shardfuse.pipeline.embed.providers.input_limits.fit_input` decides what an oversize
-    input
-    becomes, and an input that still does not fit fails loudly instead of being cut silently by the server.
+    become :class:`RateLimitedError`, :class:`EmbeddingProviderError` or :class:`EmbeddingRequestError`
+    through the same status rules as every hosted API (:mod:`shardfuse.pipeline.core.http_api.failures`).
+    ``truncation`` is off: :func:`~shardfuse.pipeline.embed.providers.input_limits.fit_input` decides what an
+    oversize input becomes, and an input that still does not fit fails loudly instead of being cut silently
+    by the server.
     """
 
     def __init__(
@@ -76,12 +79,11 @@ class VoyageEmbedder(RemoteEmbedder):
         self._counter = voyage_counter(model)
         # What voyageai.Client would pass to the resource; an empty base_url means Voyage's own endpoint
         # (which the SDK picks from the key's kind).
-        self._request_params: dict[str, Any] = {
-            "api_key": api_key,
-            "base_url": (base_url or voyageai.util.get_default_base_url(api_key)).rstrip("/"),
-            "request_timeout": timeout_s,
-        }
-        self._source = f"Voyage embeddings ({model})"
+        url = (base_url or voyageai.util.get_default_base_url(api_key)).rstrip("/")
+        self._request_params: dict[str, Any] = {"api_key": api_key, "base_url": url, "request_timeout": timeout_s}
+        self._api_key = SecretStr(api_key)
+        self._endpoint = Endpoint("Voyage embeddings", model, "embedder", url, parameters=("model", "dimensions"))
+        self._source = str(self._endpoint)
 
     def __repr__(self) -> str:
         return f"VoyageEmbedder({self._model!r}, dimensions={self._dimensions})"  # never the key
@@ -108,7 +110,7 @@ class VoyageEmbedder(RemoteEmbedder):
         try:
             return Embedding.create(**kwargs)  # type: ignore[no-untyped-call]  # the SDK's resources are unannotated
         except VoyageError as exc:
-            raise _translate(exc, self._source) from exc
+            raise _translate(exc, self._endpoint, self._api_key) from exc
 
     def _prepare_output(self, response: Any, count: int) -> Vectors:
         try:
@@ -135,18 +137,20 @@ def _checked_dimensions(model: str, dimensions: int | None) -> tuple[int, int | 
     raise ConfigurationError(f"{model} produces {sizes}-dimensional vectors; set embedder.dimensions to one of them")
 
 
-def _translate(exc: Exception, source: str) -> ShardfuseError:
+def _translate(exc: Exception, endpoint: Endpoint, api_key: SecretStr) -> ShardfuseError:
     """Our exception for a voyageai exception (the SDK made exactly one attempt)."""
     from voyageai import error
 
     if isinstance(exc, error.Timeout):
-        return EmbeddingProviderError(f"{source} timed out: {exc}")
+        return EmbeddingProviderError(f"{endpoint} timed out: {exc}")
     if isinstance(exc, error.APIConnectionError):
-        return EmbeddingProviderError(f"{source} could not be reached: {exc}")
+        return EmbeddingProviderError(f"{endpoint} could not be reached: {exc}")
     status = getattr(exc, "http_status", None)
     headers = getattr(exc, "headers", None)
     detail = str(getattr(exc, "user_message", None) or exc)
     if isinstance(exc, error.AuthenticationError) and status is None:
         status = 401  # raised before any request: no key at all
-    retry_after = parse_retry_after(dict(headers.items())) if headers else None
-    return error_for_status(status if isinstance(status, int) else None, detail, source=source, retry_after=retry_after)
+    wait = retry_after_s(dict(headers.items())) if headers else None
+    return error_for_status(
+        status if isinstance(status, int) else None, detail, endpoint=endpoint, retry_after=wait, api_key=api_key
+    )

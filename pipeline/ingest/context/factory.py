@@ -27,7 +27,7 @@ def build_contextualizer(
     )
     return LlmContextualizer(
         model=settings.model,
-        api_key=settings.api_key.get_secret_value(),
+        api_key=settings.api_key,
         base_url=settings.base_url,
         timeout_s=settings.request_timeout_s,
         doc_token_budget=settings.document_tokens,

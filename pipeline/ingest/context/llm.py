@@ -23,17 +23,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shardfuse.pipeline.core.errors import (
-    PermanentError,
-    RateLimitedError,
-    ShardfuseError,
-    StoreUnavailableError,
-    TransientError,
-)
+from pydantic import SecretStr
+
+from shardfuse.pipeline.core.errors import PermanentError, ShardfuseError, StoreUnavailableError, TransientError
+from shardfuse.pipeline.core.http_api import Endpoint, OpenAIApi, call_with_retries, is_rate_limited
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.embed.limiters.backpressure import Outcome
-from shardfuse.pipeline.embed.providers.input_limits import retry_after_s as parse_retry_after
-from shardfuse.pipeline.embed.retrying import call_with_retries, is_rate_limited
 from shardfuse.pipeline.ingest.context.prompt import (
     PROMPT_VERSION,
     DocumentSection,
@@ -44,16 +39,12 @@ from shardfuse.pipeline.ingest.context.prompt import (
 )
 
 if TYPE_CHECKING:
-    # The SDK takes over a second to import: it is imported when the first client is built, not here.
-    import openai
     from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 log = logging.getLogger(__name__)
 
 # The answer's length limit: the prompt asks for 50 to 100 tokens; this leaves room without paying for an essay.
 MAX_ANSWER_TOKENS = 150
-# 408 (request timeout) and 409 (lock timeout) are the server's trouble, like 5xx; other 4xx are final.
-_TRANSIENT_4XX = frozenset({408, 409})
 BUDGET_EXHAUSTED = "run token budget exhausted"
 
 
@@ -129,14 +120,15 @@ class LlmContextualizer:
     """Asks an OpenAI-compatible chat model for contextual-retrieval contexts (see the module docstring).
 
     Create one per worker process and :meth:`close` it at shutdown: it holds a thread pool and, from the
-    first request on, an SDK client (``max_retries=0``: retries are ours, so backpressure sees every 429).
+    first request on, an SDK client (:class:`~shardfuse.pipeline.core.http_api.OpenAIApi`: one request per
+    attempt, retries are ours, so backpressure sees every 429).
     """
 
     def __init__(
         self,
         *,
         model: str,
-        api_key: str,
+        api_key: SecretStr,
         base_url: str = "",
         timeout_s: float = 30.0,
         doc_token_budget: int = 6000,
@@ -154,8 +146,8 @@ class LlmContextualizer:
                 f"max_concurrent ({max_concurrent}) and doc_token_budget ({doc_token_budget}) must be >= 1"
             )
         self._model = model
-        self._api_key = api_key
-        self._base_url = base_url
+        self._api = OpenAIApi(Endpoint("chat completions", model, "context", base_url), api_key=api_key,
+                              timeout_s=timeout_s)  # fmt: skip
         self._timeout_s = timeout_s
         self._doc_token_budget = doc_token_budget
         self._counter = counter
@@ -165,16 +157,11 @@ class LlmContextualizer:
         self._budget = budget
         self._sleep = sleep
         self._clock = clock
-        self._client: openai.OpenAI | None = None
-        self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="context-request")
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+        self._api.close()
 
     def contexts(self, document: str, requests: Sequence[ContextRequest], *, doc_hash: str) -> list[ContextOutcome]:
         """One outcome per request, in order, for the chunks of ``document`` (identified by ``doc_hash``)."""
@@ -265,21 +252,11 @@ class LlmContextualizer:
         return self._parse(response)
 
     def _call(self, messages: list[ChatCompletionMessageParam]) -> ChatCompletion:
-        import openai
-
-        try:
-            return self._get_client().chat.completions.create(
-                model=self._model, messages=messages, max_tokens=MAX_ANSWER_TOKENS, temperature=0
-            )
-        except openai.OpenAIError as exc:
-            raise _translate(exc, timeout_s=self._timeout_s) from exc
+        return self._api.chat_completion(
+            model=self._model, messages=messages, max_tokens=MAX_ANSWER_TOKENS, temperature=0
+        )
 
     def _parse(self, response: ChatCompletion) -> str:
-        from openai.types.chat import ChatCompletion
-
-        # The SDK hands back the raw text when a proxy answers 200 with something other than JSON.
-        if not isinstance(response, ChatCompletion):
-            raise TransientError(f"the reply is not a chat completion ({type(response).__name__})")
         if not response.choices:
             raise PermanentError("the model returned no choices")
         choice = response.choices[0]
@@ -292,40 +269,3 @@ class LlmContextualizer:
     def _on_rate_limited(self, retry_after_s: float | None) -> None:
         if self._backpressure is not None:
             self._backpressure.record(Outcome.rate_limited(retry_after_s))
-
-    def _get_client(self) -> openai.OpenAI:
-        with self._lock:
-            if self._client is None:
-                import openai
-
-                self._client = openai.OpenAI(
-                    # The SDK refuses to start without a key; local OpenAI-compatible servers ignore it.
-                    api_key=self._api_key or "unset",
-                    base_url=self._base_url or None,
-                    timeout=self._timeout_s,
-                    max_retries=0,
-                )
-            return self._client
-
-
-def _translate(exc: openai.OpenAIError, *, timeout_s: float) -> ShardfuseError:
-    """Our exception for one failed SDK attempt, with a short reason (it ends up in the outcome). Same families
-    as the embedder's ``_translate``, whose messages would tell a person to fix ``embedder.*`` settings."""
-    import openai
-
-    if isinstance(exc, openai.APITimeoutError):
-        return TransientError(f"timed out after {timeout_s:g}s")
-    if isinstance(exc, openai.APIConnectionError):
-        return TransientError(f"connection failed: {exc.__cause__ or exc}")
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        body = exc.body if isinstance(exc.body, dict) else {}
-        detail = " ".join(str(body.get("message") or exc.message).split())[:200]
-        if status == 429:
-            wait = parse_retry_after(dict(exc.response.headers.items()))
-            return RateLimitedError(f"HTTP 429 (rate limited): {detail}", retry_after_s=wait)
-        if status >= 500 or status in _TRANSIENT_4XX:
-            return TransientError(f"HTTP {status}: {detail}")
-        return PermanentError(f"HTTP {status}: {detail}")
-    # A body that is not a chat completion (a proxy's error page, say), or any other SDK failure.
-    return TransientError(f"{type(exc).__name__}: {exc}")

@@ -24,7 +24,6 @@ from shardfuse.query.expansion.expander import (
     cache_key,
     keyword_leg_is_decisive,
     parse_expansion,
-    retry_delay,
 )
 from tests.support.openai_server import CHAT_COMPLETIONS, FakeOpenAIServer, Reply
 
@@ -148,13 +147,21 @@ def test_a_rate_limit_with_retry_after_is_retried_once(server: FakeOpenAIServer,
     assert len(server.requests()) == 2
 
 
+def test_a_wait_the_server_names_is_honoured_within_the_budget(server: FakeOpenAIServer, make_expander: Any) -> None:
+    server.script(CHAT_COMPLETIONS, [Reply(status=503, headers={"Retry-After": "0.3"}), reply_json(**GOOD)])
+    started = time.perf_counter()
+    outcome = make_expander(timeout_s=2.0).expand(QUERY)
+    assert time.perf_counter() - started >= 0.3
+    assert outcome.source == "model" and len(server.requests()) == 2
+
+
 def test_a_persistent_server_error_fails_quickly(server: FakeOpenAIServer, make_expander: Any) -> None:
     server.route(CHAT_COMPLETIONS, lambda _: Reply(status=500))
     started = time.perf_counter()
     outcome = make_expander(timeout_s=5.0).expand(QUERY)
     assert time.perf_counter() - started < 1.5
     assert outcome.source == "failed" and outcome.expansion is None
-    assert outcome.reason == "HTTP 500"
+    assert outcome.reason is not None and "HTTP 500" in outcome.reason and "test-model" in outcome.reason
     assert len(server.requests()) == 2  # one retry, no more
 
 
@@ -170,7 +177,8 @@ def test_a_retry_after_beyond_the_budget_is_not_waited_for(server: FakeOpenAISer
 def test_a_client_error_is_not_retried(server: FakeOpenAIServer, make_expander: Any) -> None:
     server.script(CHAT_COMPLETIONS, [Reply(status=401), reply_json(**GOOD)])
     outcome = make_expander().expand(QUERY)
-    assert (outcome.source, outcome.reason) == ("failed", "HTTP 401")
+    assert outcome.source == "failed" and outcome.reason is not None
+    assert "HTTP 401" in outcome.reason and "SHARDFUSE_QUERY__EXPANSION__API_KEY" in outcome.reason
     assert len(server.requests()) == 1
 
 
@@ -191,7 +199,7 @@ def test_an_unreachable_server_fails_the_expansion_not_the_search() -> None:
     started = time.perf_counter()
     outcome = expander.expand(QUERY)
     expander.close()
-    assert outcome.source == "failed" and outcome.reason is not None and "connection error" in outcome.reason
+    assert outcome.source == "failed" and outcome.reason is not None and "could not be reached" in outcome.reason
     assert time.perf_counter() - started < 2.0
 
 
@@ -306,19 +314,3 @@ def test_build_messages_asks_for_json_with_the_variant_limit() -> None:
     system, user = build_messages(QUERY, max_variants=5)
     assert system["role"] == "system" and "JSON" in str(system["content"]) and "up to 5" in str(system["content"])
     assert user == {"role": "user", "content": QUERY}
-
-
-@pytest.mark.parametrize(
-    ("status", "headers", "delay"),
-    [
-        (429, {"retry-after": "1.5"}, 1.5),
-        (429, {"retry-after-ms": "250", "retry-after": "9"}, 0.25),
-        (503, {}, 0.2),
-        (429, {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.2),
-        (400, {}, None),
-        (401, {"x-should-retry": "true"}, 0.2),
-        (500, {"x-should-retry": "false"}, None),
-    ],
-)
-def test_retry_delay(status: int, headers: dict[str, str], delay: float | None) -> None:
-    assert retry_delay(status, headers) == delay

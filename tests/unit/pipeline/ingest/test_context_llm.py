@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.pipeline.core.token_counting import TokenCounter
@@ -128,7 +129,7 @@ def make(server: FakeChatServer, counter: TokenCounter, fake_time: FakeTime) -> 
     def build(**overrides: Any) -> LlmContextualizer:
         options: dict[str, Any] = {
             "model": MODEL,
-            "api_key": "sk-test",
+            "api_key": SecretStr("sk-test"),
             "base_url": server.base_url,
             "timeout_s": 2.0,
             "counter": counter,
@@ -276,16 +277,21 @@ def test_a_400_fails_the_chunk_without_retrying(server: FakeChatServer, make: An
 
     outcomes = make(max_concurrent=1).contexts(DOCUMENT, requests_for(CHUNKS[:2]), doc_hash=DOC_HASH)
 
-    assert outcomes[0] == ContextOutcome("h0", None, "HTTP 400: context length exceeded")
+    assert outcomes[0].context is None and outcomes[0].error is not None
+    # What the server said, which model at which endpoint refused, and the setting to look at.
+    assert outcomes[0].error.startswith(f"chat completions ({MODEL} at {server.base_url}) rejected the request")
+    assert "HTTP 400: context length exceeded" in outcomes[0].error and "context.model" in outcomes[0].error
     assert outcomes[1].context is not None  # only that chunk failed
     assert len(server.chat_requests()) == 2 and fake_time.sleeps == []
 
 
-@pytest.mark.parametrize("status", [401, 404])
-def test_other_permanent_statuses_are_not_retried(server: FakeChatServer, make: Any, status: int) -> None:
+@pytest.mark.parametrize(("status", "hint"), [(401, "SHARDFUSE_CONTEXT__API_KEY"), (404, "context.base_url")])
+def test_other_permanent_statuses_are_not_retried(server: FakeChatServer, make: Any, status: int, hint: str) -> None:
     server.fail_all, server.fail_status = True, status
     [outcome] = make().contexts(DOCUMENT, requests_for(CHUNKS[:1]), doc_hash=DOC_HASH)
-    assert outcome.context is None and outcome.error is not None and outcome.error.startswith(f"HTTP {status}")
+    assert outcome.context is None and outcome.error is not None
+    assert f"(HTTP {status}: injected failure)" in outcome.error and hint in outcome.error
+    assert "sk-test" not in outcome.error
     assert len(server.chat_requests()) == 1
 
 
@@ -364,7 +370,7 @@ def test_a_server_that_dies_mid_run_fails_the_remaining_chunks(make: Any, fake_t
         outcomes = contextualizer.contexts(DOCUMENT, requests_for(chunks), doc_hash=DOC_HASH)
 
         assert [o.context is not None for o in outcomes] == [True, True, False, False, False, False]
-        assert all(o.error is not None and o.error.startswith("connection failed") for o in outcomes[2:])
+        assert all(o.error is not None and "could not be reached" in o.error for o in outcomes[2:])
         assert dying.is_down and dying.answered == 2
 
 

@@ -1,4 +1,4 @@
-"""The provider retry policy, on a fake clock: what is retried, how long it waits, when it gives up."""
+"""The retry policy of every hosted API call, on a fake clock: what is retried, how long it waits, when it gives up."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from shardfuse.pipeline.core.errors import (
     EmbeddingProviderError,
     EmbeddingRequestError,
     RateLimitedError,
+    StoreUnavailableError,
 )
-from shardfuse.pipeline.embed.limiters.backpressure import BackpressureTimeout
-from shardfuse.pipeline.embed.retrying import call_with_retries, is_rate_limited, retry_after_of
+from shardfuse.pipeline.core.http_api import call_with_retries, is_rate_limited, retry_after_of
 
 
 class FakeTime:
@@ -46,14 +46,14 @@ class FakeTime:
 
         return call
 
-    def run(self, fn: Callable[[], object], *, max_retry_s: float = 60.0) -> object:
+    def run(self, fn: Callable[[], object], *, max_retry_s: float = 60.0, max_attempts: int | None = None) -> object:
         return call_with_retries(fn, max_retry_s=max_retry_s, on_rate_limited=self.rate_limited.append,
-                                 sleep=self.sleep, clock=self.clock)
+                                 sleep=self.sleep, clock=self.clock, max_attempts=max_attempts)
 
 
 def test_transient_errors_are_retried_until_the_call_succeeds() -> None:
     time = FakeTime()
-    fn = time.failing(EmbeddingProviderError("503"), BackpressureTimeout("no slot"))
+    fn = time.failing(EmbeddingProviderError("503"), StoreUnavailableError("redis is down"))
     assert time.run(fn) == "vectors"
     assert time.attempts == 3 and len(time.sleeps) == 2
     assert time.rate_limited == []  # neither was a 429
@@ -105,7 +105,22 @@ def test_a_retry_after_beyond_the_budget_gives_up_at_once_but_still_reports_the_
     assert time.sleeps == [] and time.rate_limited == [600.0]
 
 
+def test_a_503s_wait_is_honoured_without_reporting_a_rate_limit() -> None:
+    time = FakeTime()
+    assert time.run(time.failing(EmbeddingProviderError("503", retry_after_s=4.0))) == "vectors"
+    assert 4.0 <= time.sleeps[0] <= 4.4 and time.rate_limited == []
+
+
+def test_max_attempts_stops_before_the_budget_does() -> None:
+    time = FakeTime()
+    errors = [EmbeddingProviderError(f"503 #{n}") for n in range(5)]
+    with pytest.raises(EmbeddingProviderError) as raised:
+        time.run(time.failing(*errors), max_attempts=2)
+    assert raised.value is errors[1] and time.attempts == 2 and len(time.sleeps) == 1
+
+
 def test_rate_limits_are_recognised_by_their_retry_after_attribute() -> None:
     assert is_rate_limited(RateLimitedError("429")) and not is_rate_limited(EmbeddingProviderError("503"))
     assert retry_after_of(RateLimitedError("429", retry_after_s=2)) == 2.0
+    assert retry_after_of(EmbeddingProviderError("503", retry_after_s=1.5)) == 1.5
     assert retry_after_of(RateLimitedError("429")) is None and retry_after_of(ValueError()) is None

@@ -1,13 +1,12 @@
-"""The retry policy for embedding provider calls.
+"""The one retry policy for calls to hosted APIs (embedding providers, chat models), on tenacity.
 
 Only :class:`TransientError` is retried (the adapters translate 429s, 5xx, timeouts and connection resets
 into it); a :class:`PermanentError`, or any exception outside our tree, is raised at once. Waits are
 exponential with full jitter, so workers that failed together do not retry together, but never shorter
-than a 429's ``Retry-After``. No retry starts whose wait would carry the call past ``max_retry_s``: the
-last error is raised instead, and the Celery layer decides between a later retry and the dead-letter store.
-
-A 429 is a :class:`~shardfuse.pipeline.core.errors.RateLimitedError` (an ``EmbeddingProviderError``) carrying
-``retry_after_s`` (``None`` when the response named no delay).
+than the wait the server asked for (a 429's or 503's ``Retry-After``, carried as the error's
+``retry_after_s``). No retry starts whose wait would carry the call past ``max_retry_s``: the last error
+is raised instead, and the caller decides what a failure costs (a Celery retry, a chunk without context,
+a search without expansion).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_random_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
@@ -43,7 +42,7 @@ def is_rate_limited(exc: BaseException) -> bool:
 
 
 def retry_after_of(exc: BaseException | None) -> float | None:
-    """The delay the provider asked for, if ``exc`` carries a usable one."""
+    """The delay the server asked for, if ``exc`` carries a usable one."""
     value = getattr(exc, "retry_after_s", None)
     if isinstance(value, int | float) and value > 0:
         return float(value)
@@ -51,15 +50,14 @@ def retry_after_of(exc: BaseException | None) -> float | None:
 
 
 class _WaitAtLeastRetryAfter(wait_base):
-    """The backoff's wait, or the provider's Retry-After (slightly jittered upward) if that is longer."""
+    """The backoff's wait, or the server's Retry-After (slightly jittered upward) if that is longer."""
 
     def __init__(self, backoff: wait_base) -> None:
         self._backoff = backoff
 
     def __call__(self, retry_state: RetryCallState) -> float:
         wait = float(self._backoff(retry_state))
-        exc = retry_state.outcome.exception() if retry_state.outcome is not None else None
-        retry_after = retry_after_of(exc)
+        retry_after = retry_after_of(_error_of(retry_state))
         if retry_after is not None:
             wait = max(wait, retry_after * (1 + random.uniform(0, RETRY_AFTER_JITTER)))
         return wait
@@ -85,39 +83,50 @@ def call_with_retries(
     fn: Callable[[], T],
     *,
     max_retry_s: float,
-    on_rate_limited: Callable[[float | None], None],
+    on_rate_limited: Callable[[float | None], None] | None = None,
+    max_attempts: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     initial_wait_s: float = INITIAL_WAIT_S,
     max_wait_s: float = MAX_WAIT_S,
     provider: str = "unknown",
 ) -> T:
-    """``fn()``, retried on :class:`TransientError` for at most ``max_retry_s`` in all; the last error is
-    re-raised when the budget is spent. ``on_rate_limited(retry_after_s)`` hears of every 429, including
-    the last one, so the backpressure layer can slow down. 429s and retries are counted under ``provider``
+    """``fn()``, retried on :class:`TransientError` for at most ``max_retry_s`` in all (and at most
+    ``max_attempts`` attempts, when given); the last error is re-raised when the budget is spent.
+
+    ``on_rate_limited(retry_after_s)`` hears of every 429, including the last one, so a backpressure layer
+    can slow down. 429s and retries are counted under ``provider``
     (:data:`~shardfuse.pipeline.observability.metrics.PROVIDER_RATE_LIMITED`,
     :data:`~shardfuse.pipeline.observability.metrics.PROVIDER_RETRIES`).
     """
 
     def after_attempt(retry_state: RetryCallState) -> None:
-        exc = retry_state.outcome.exception() if retry_state.outcome is not None else None
+        exc = _error_of(retry_state)
         if exc is not None and is_rate_limited(exc):
             metrics.inc(metrics.PROVIDER_RATE_LIMITED, provider=provider)
-            on_rate_limited(retry_after_of(exc))
+            if on_rate_limited is not None:
+                on_rate_limited(retry_after_of(exc))
 
     def before_sleep(retry_state: RetryCallState) -> None:
         metrics.inc(metrics.PROVIDER_RETRIES, provider=provider)
-        exc = retry_state.outcome.exception() if retry_state.outcome is not None else None
-        log.warning("embedding attempt %d failed (%s: %s); retrying in %.2fs", retry_state.attempt_number,
-                    type(exc).__name__, exc, retry_state.upcoming_sleep)
+        exc = _error_of(retry_state)
+        log.warning("%s attempt %d failed (%s: %s); retrying in %.2fs", provider, retry_state.attempt_number,
+                    type(exc).__name__, exc, retry_state.upcoming_sleep)  # fmt: skip
 
+    stop: stop_base = _StopBeforeBudget(max_retry_s, clock=clock)
+    if max_attempts is not None:
+        stop = stop | stop_after_attempt(max_attempts)
     retrying = Retrying(
         retry=retry_if_exception_type(TransientError),
         wait=_WaitAtLeastRetryAfter(wait_random_exponential(multiplier=initial_wait_s, max=max_wait_s)),
-        stop=_StopBeforeBudget(max_retry_s, clock=clock),
+        stop=stop,
         after=after_attempt,
         before_sleep=before_sleep,
         sleep=sleep,
         reraise=True,
     )
     return retrying(fn)
+
+
+def _error_of(retry_state: RetryCallState) -> BaseException | None:
+    return retry_state.outcome.exception() if retry_state.outcome is not None else None
