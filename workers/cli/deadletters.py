@@ -54,11 +54,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 print("no dead letters")
             return 0
         if args.action == "show":
-            row = get_dead_letter(pool, args.id)
-            if row is None:
+            letter = get_dead_letter(pool, args.id)
+            if letter is None:
                 print(f"no dead letter #{args.id}")
                 return 1
-            print(json.dumps(row, default=str, indent=2))
+            print(json.dumps(letter, default=str, indent=2))
             return 0
         if args.action == "retry":
             if bool(args.ids) == bool(args.all):
