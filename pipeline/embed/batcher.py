@@ -3,20 +3,20 @@
 Embed tasks run concurrently in one worker process (a thread pool). Each submits its document here and
 waits; a single flusher thread gathers the chunks of every document submitted within ``max_wait_s`` (up
 to ``max_chunks``), has the :class:`~shardfuse.pipeline.embed.stage.EmbeddingStage` embed their distinct texts
-together (cache first, then packed provider requests under backpressure), then writes each shard's
-documents in one transaction. A document whose chunks' request failed for good fails alone; the rest of
-the flush commits. A task acknowledges its message only after its own document's transaction has
-committed, so batching never weakens at-least-once delivery.
+together (cache first, then packed provider requests under backpressure), then hands the flush to the
+:class:`~shardfuse.pipeline.index.shard_writer.ShardWriter`, which writes each shard's documents in one
+transaction. A document whose chunks' request failed for good fails alone; the rest of the flush commits.
+A task acknowledges its message only after its own document's transaction has committed, so batching
+never weakens at-least-once delivery.
 
-Embedding and writing overlap: a writer thread commits one flush's shard transactions while the flusher
-embeds the next (at most one embedded flush waits for the writer, so a slow database slows the flusher
-down instead of piling up vectors). Writes keep their order, and the version rule and fencing tokens in
-the shard's transaction decide what applies whatever the order.
+Embedding and writing overlap: the writer's thread commits one flush's shard transactions while the
+flusher embeds the next (at most one embedded flush waits for the writer, so a slow database slows the
+flusher down instead of piling up vectors).
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -32,6 +32,7 @@ from shardfuse.pipeline.config.settings import DEFAULT_MODEL
 from shardfuse.pipeline.core.documents import PreparedDocument
 from shardfuse.pipeline.core.errors import EmbeddingModelsChangedError, EmbeddingProviderError, ShardfuseError
 from shardfuse.pipeline.embed.stage import EmbeddingStage, StageResult, StageStats, unique_texts
+from shardfuse.pipeline.index.shard_writer import PendingWrite, ShardWriter, WriteBatch
 from shardfuse.pipeline.index.store import ApplyOutcome, DocStatus, DocumentChange, ShardStore
 from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
 
@@ -43,16 +44,6 @@ class _Pending:
     document: PreparedDocument
     fence: int | None = None
     future: Future[ApplyOutcome] = field(default_factory=Future)
-
-
-@dataclass(slots=True)
-class _Embedded:
-    """A flush whose vectors are ready: its documents' changes by shard, for the writer thread."""
-
-    by_shard: dict[int, list[tuple[_Pending, DocumentChange]]]
-    documents: int
-    failed_documents: int
-    embedding: StageStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +80,13 @@ class EmbedBatcher:
         # Per shard: when its zones' embedding models were read, and what they were.
         self._fill: dict[int, tuple[float, dict[str, tuple[str, ...]]]] = {}
         self._fill_ttl_s = fill_ttl_s
-        self._gate = gate
         self._stores = stores
         self._max_chunks = max_chunks
         self._max_wait_s = max_wait_s
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._closed = threading.Event()
-        self._embedded: queue.Queue[_Embedded | None] = queue.Queue(maxsize=1)
         self.last_stats: BatchStats | None = None
-        self._writer = threading.Thread(target=self._write_loop, name="embed-writer", daemon=True)
-        self._writer.start()
+        self._writer = ShardWriter(stores=stores, gate=gate, models_changed=self._forget_models)
         self._thread = threading.Thread(target=self._run, name="embed-batcher", daemon=True)
         self._thread.start()
 
@@ -117,9 +105,7 @@ class EmbedBatcher:
     def close(self) -> None:
         self._closed.set()
         self._thread.join(timeout=5)
-        with contextlib.suppress(queue.Full):  # the writer is stuck: it is a daemon thread
-            self._embedded.put(None, timeout=5)
-        self._writer.join(timeout=5)
+        self._writer.close(timeout=5)
         self._stage.close()
 
     def _run(self) -> None:
@@ -149,14 +135,6 @@ class EmbedBatcher:
                     if not p.future.done():
                         p.future.set_exception(exc)
 
-    def _before_write(self, shard: int, changes: list[DocumentChange]) -> None:
-        if self._gate is None:
-            return
-        try:
-            self._gate.before_write(shard, rows=sum(len(c.chunks) for c in changes), documents=len(changes))
-        except Exception:  # noqa: BLE001 - the write goes ahead with the index as it is
-            log.warning("could not decide on bulk-load mode for shard %d", shard, exc_info=True)
-
     def _models(self, document: PreparedDocument) -> tuple[str, ...]:
         """The embedding models ``document``'s zone is written with, as its shard lists them (read at most
         once per ``fill_ttl_s``; the shard's transaction has the last word)."""
@@ -169,6 +147,10 @@ class EmbedBatcher:
                 log.warning("could not read shard %d's embedding models; writing the default one", shard)
             self._fill[shard] = (time.monotonic(), zones)
         return zones.get(document.event.zone, (DEFAULT_MODEL,))
+
+    def _forget_models(self, shard: int) -> None:
+        """The shard's model lists changed (the writer heard it from the shard): read them again next flush."""
+        self._fill.pop(shard, None)
 
     def _embed(self, model: str, members: list[_Pending]) -> StageResult:
         stage = self._stage if model == DEFAULT_MODEL else None
@@ -193,7 +175,7 @@ class EmbedBatcher:
                 for i in members:
                     failures.setdefault(i, error)
 
-        by_shard: dict[int, list[tuple[_Pending, DocumentChange]]] = defaultdict(list)
+        by_shard: dict[int, list[PendingWrite]] = defaultdict(list)
         failed_documents = 0
         for i, p in enumerate(batch):
             hashes = [c.embedding_key for c in p.document.chunks]
@@ -218,11 +200,14 @@ class EmbedBatcher:
                 refresh=p.document.refresh,
                 fence=p.fence,
             )
-            by_shard[p.document.shard].append((p, change))
+            by_shard[p.document.shard].append(PendingWrite(change, p.future))
 
         stats = results.get(DEFAULT_MODEL) or next(iter(results.values()), None)
-        self._embedded.put(_Embedded(by_shard=by_shard, documents=len(batch), failed_documents=failed_documents,
-                                     embedding=stats.stats if stats else StageStats()))
+        embedding = stats.stats if stats else StageStats()
+        # Blocks while the writer still has an earlier flush waiting: a slow database slows this thread down.
+        self._writer.put(WriteBatch(by_shard, written=functools.partial(
+            self._written, documents=len(batch), failed_documents=failed_documents, embedding=embedding,
+            shards=len(by_shard))))
 
     @staticmethod
     def _vectors(result: StageResult, hashes: list[str]) -> np.ndarray:
@@ -230,52 +215,14 @@ class EmbedBatcher:
             return np.zeros((0, 1), dtype=np.float32)
         return np.stack([result.vectors[h] for h in hashes]).astype(np.float32, copy=False)
 
-    def _write_loop(self) -> None:
-        while True:
-            embedded = self._embedded.get()
-            if embedded is None:
-                return
-            try:
-                self._write(embedded)
-            except Exception as exc:  # noqa: BLE001 - a bug here must not leave a waiter hanging
-                log.exception("writing an embedded batch failed")
-                for items in embedded.by_shard.values():
-                    for p, _ in items:
-                        if not p.future.done():
-                            p.future.set_exception(exc)
-
-    def _write(self, embedded: _Embedded) -> None:
-        written = time.perf_counter()
-        by_shard = embedded.by_shard
-        for shard, items in by_shard.items():
-            self._before_write(shard, [change for _, change in items])
-            try:
-                outcomes = {o.key: o for o in self._stores[shard].apply([c for _, c in items])}
-            except Exception as exc:  # this shard's documents fail; the other shards' commits stand
-                for p, _ in items:
-                    p.future.set_exception(exc)
-                continue
-            for p, change in items:
-                outcome = outcomes[change.key]
-                if outcome.missing_models and outcome.seq == change.event.seq:
-                    self._fill.pop(shard, None)  # read the zone's models again before the retry is embedded
-                    p.future.set_exception(EmbeddingModelsChangedError(
-                        f"zone {change.event.zone!r} is now also written with {', '.join(outcome.missing_models)}: "
-                        "embedding the document again"))
-                    continue
-                # Two versions of one document in a batch: only the newest is applied.
-                applied = outcome.applied and outcome.seq == change.event.seq
-                p.future.set_result(
-                    ApplyOutcome(key=change.key, seq=change.event.seq, applied=applied,
-                                 stored_seq=outcome.stored_seq, fenced=outcome.fenced,
-                                 stored_fence=outcome.stored_fence)
-                )
-        stats = embedded.embedding
-        self.last_stats = BatchStats(documents=embedded.documents, failed_documents=embedded.failed_documents,
-                                     embedding=stats, write_ms=(time.perf_counter() - written) * 1000)
+    def _written(self, write_ms: float, *, documents: int, failed_documents: int, embedding: StageStats,
+                 shards: int) -> None:
+        """The writer committed a flush (on its thread): record and log what the flush did."""
+        self.last_stats = BatchStats(documents=documents, failed_documents=failed_documents, embedding=embedding,
+                                     write_ms=write_ms)
         log.info(
             "embedded %d chunks (%d distinct, %d from the cache) of %d documents in %d request(s) (%.0f ms, "
             "%d failed, %d oversize inputs), wrote %d shard(s) (%.0f ms)",
-            stats.chunks, stats.unique, stats.cache_hits, embedded.documents, stats.requests, stats.embed_ms,
-            stats.failed_requests, stats.oversize, len(by_shard), self.last_stats.write_ms,
+            embedding.chunks, embedding.unique, embedding.cache_hits, documents, embedding.requests,
+            embedding.embed_ms, embedding.failed_requests, embedding.oversize, shards, write_ms,
         )

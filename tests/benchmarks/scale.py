@@ -15,13 +15,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import pytest
 
 from shardfuse.query.evaluation import load_beir
 from tests.integration.conftest import Stack, running_stack
+
+if TYPE_CHECKING:
+    from shardfuse.pipeline.index.store.vector_index import BuildSettings
+    from shardfuse.pipeline.index.store.vector_types import VectorType
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
@@ -76,7 +80,7 @@ def bench_stack(*, shards: int, **overrides: str) -> Iterator[Stack]:
         "SHARDFUSE_BM25__REBUILD_DEBOUNCE_S": "1",
         **overrides,
     }
-    with running_stack(env, keep_env=False) as stack:
+    with running_stack(env) as stack:
         yield stack
 
 
@@ -171,11 +175,10 @@ def bare_copy(stack: Stack, *, source_zone: str, index_present: bool = True) -> 
     database by one bare ``COPY … (FORMAT BINARY)`` per shard, the shards' COPYs in parallel as the pipeline
     writes them. With ``index_present`` the HNSW index is there during the COPY; without, it is dropped
     first and built after (timed too). Returns (rows, seconds of the writes)."""
-    import threading
     import uuid
+    from concurrent.futures import ThreadPoolExecutor
 
-    from shardfuse.pipeline.index.store.schema import ensure_shard_schema, shard_schema
-    from shardfuse.pipeline.index.store.vector_index import INDEX_NAME, BuildSettings, create_index_sql
+    from shardfuse.pipeline.index.store.vector_index import BuildSettings
 
     settings = stack.settings
     dsn = settings.postgres.dsn
@@ -185,55 +188,71 @@ def bare_copy(stack: Stack, *, source_zone: str, index_present: bool = True) -> 
     target = dsn.rsplit("/", 1)[0] + f"/{name}"
     build = BuildSettings(memory_mb=settings.vector_index.build_memory_mb,
                           m=settings.vector_index.m, ef_construction=settings.vector_index.ef_construction)
-    dimensions = _embedding_dimensions(dsn)
-    payloads: list[bytes] = []
-    shard_types: list[str] = []
-    rows = 0
-    with psycopg.connect(dsn) as source, psycopg.connect(target, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        for shard in range(settings.shards):
-            shard_types.append(ensure_shard_schema(conn, shard, dimensions=dimensions, build=build))
-            if not index_present:
-                conn.execute(f'DROP INDEX "{shard_schema(shard)}"."{INDEX_NAME}"')
-            buffer = bytearray()
-            query = f"COPY (SELECT * FROM {shard_schema(shard)}.chunks WHERE zone = %s) TO STDOUT (FORMAT BINARY)"
-            with source.cursor().copy(query, (source_zone,)) as copy:
-                for block in copy:
-                    buffer += block
-            payloads.append(bytes(buffer))
-            row = source.execute(f"SELECT count(*) FROM {shard_schema(shard)}.chunks WHERE zone = %s",
-                                 (source_zone,)).fetchone()
-            rows += int(row[0]) if row else 0
-    errors: list[BaseException] = []
-
-    def write(shard: int) -> None:
-        try:
-            with psycopg.connect(target) as conn:
-                with conn.cursor().copy(f"COPY {shard_schema(shard)}.chunks FROM STDIN (FORMAT BINARY)") as copy:
-                    view = memoryview(payloads[shard])
-                    for start in range(0, len(view), 1 << 20):
-                        copy.write(view[start:start + (1 << 20)])
-                conn.commit()
-                if not index_present:
-                    conn.autocommit = True
-                    conn.execute(f"SET maintenance_work_mem = '{build.memory_mb}MB'")
-                    conn.execute(create_index_sql(shard_schema(shard), build, concurrently=False,
-                                                  vector_type=shard_types[shard]))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            errors.append(exc)
-
+    shards = [_BareShard(shard) for shard in range(settings.shards)]
+    rows = _copy_out(dsn, target, shards, zone=source_zone, build=build, index_present=index_present)
     started = time.perf_counter()
-    threads = [threading.Thread(target=write, args=(shard,)) for shard in range(settings.shards)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(max_workers=len(shards)) as pool:  # one thread per shard, as the pipeline writes
+        writes = [pool.submit(_copy_in, target, shard, build=build, index_present=index_present) for shard in shards]
     seconds = time.perf_counter() - started
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE {name}")
-    if errors:
-        raise errors[0]
+    for write in writes:
+        write.result()  # a shard's error, raised once the database is gone
     return rows, seconds
+
+
+@dataclass
+class _BareShard:
+    """One shard of :func:`bare_copy`: its chunk rows as COPY BINARY bytes, and its embeddings' pgvector type."""
+
+    shard: int
+    payload: bytes = b""
+    vector_type: VectorType = "vector"
+
+
+def _copy_out(dsn: str, target: str, shards: list[_BareShard], *, zone: str, build: BuildSettings,
+              index_present: bool) -> int:
+    """Create the shards' tables in ``target`` (without the HNSW index unless ``index_present``) and read
+    ``zone``'s chunk rows of each shard at ``dsn`` into its payload; the number of rows."""
+    from shardfuse.pipeline.index.store.schema import ensure_shard_schema, shard_schema
+    from shardfuse.pipeline.index.store.vector_index import INDEX_NAME
+
+    dimensions = _embedding_dimensions(dsn)
+    rows = 0
+    with psycopg.connect(dsn) as source, psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        for bare in shards:
+            schema = shard_schema(bare.shard)
+            bare.vector_type = ensure_shard_schema(conn, bare.shard, dimensions=dimensions, build=build)
+            if not index_present:
+                conn.execute(f'DROP INDEX "{schema}"."{INDEX_NAME}"')
+            buffer = bytearray()
+            query = f"COPY (SELECT * FROM {schema}.chunks WHERE zone = %s) TO STDOUT (FORMAT BINARY)"
+            with source.cursor().copy(query, (zone,)) as copy:
+                for block in copy:
+                    buffer += block
+            bare.payload = bytes(buffer)
+            row = source.execute(f"SELECT count(*) FROM {schema}.chunks WHERE zone = %s", (zone,)).fetchone()
+            rows += int(row[0]) if row else 0
+    return rows
+
+
+def _copy_in(target: str, bare: _BareShard, *, build: BuildSettings, index_present: bool) -> None:
+    """One bare COPY of the shard's payload into ``target``; then, unless ``index_present``, its HNSW index."""
+    from shardfuse.pipeline.index.store.schema import shard_schema
+    from shardfuse.pipeline.index.store.vector_index import create_index_sql
+
+    schema = shard_schema(bare.shard)
+    with psycopg.connect(target) as conn:
+        with conn.cursor().copy(f"COPY {schema}.chunks FROM STDIN (FORMAT BINARY)") as copy:
+            view = memoryview(bare.payload)
+            for start in range(0, len(view), 1 << 20):
+                copy.write(view[start:start + (1 << 20)])
+        conn.commit()
+        if not index_present:
+            conn.autocommit = True
+            conn.execute(f"SET maintenance_work_mem = '{build.memory_mb}MB'")
+            conn.execute(create_index_sql(schema, build, concurrently=False, vector_type=bare.vector_type))
 
 
 def _embedding_dimensions(dsn: str) -> int:

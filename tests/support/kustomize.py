@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,14 @@ def _build(folder: Path, accumulated: list[_Resource], *, component: bool) -> li
     if kind != ("Component" if component else "Kustomization"):
         raise KustomizeError(f"{folder}: kind {kind} where a {'Component' if component else 'Kustomization'} "
                              "is expected")
+    resources = _gather(folder, spec, accumulated)
+    _transform(folder, spec, [resource.obj for resource in resources])
+    return resources
+
+
+def _gather(folder: Path, spec: Obj, accumulated: list[_Resource]) -> list[_Resource]:
+    """What the kustomization holds before its transformers run: ``accumulated`` (a component's parent's),
+    its resources, its components' work on them, and what its generators make."""
     resources = list(accumulated)
     for entry in spec.get("resources") or []:
         target = (folder / entry).resolve()
@@ -116,7 +126,11 @@ def _build(folder: Path, accumulated: list[_Resource], *, component: bool) -> li
     for entry in spec.get("components") or []:
         resources = _build((folder / entry).resolve(), resources, component=True)
     _add(resources, _generate(folder, spec))
-    objects = [resource.obj for resource in resources]
+    return resources
+
+
+def _transform(folder: Path, spec: Obj, objects: list[Obj]) -> None:
+    """The kustomization's transformers, in kustomize's order, on ``objects`` (in place)."""
     for patch in spec.get("patches") or []:
         _patch(folder, patch, objects)
     for obj in objects:
@@ -128,7 +142,6 @@ def _build(folder: Path, accumulated: list[_Resource], *, component: bool) -> li
         scale(entry, objects)
     for image in spec.get("images") or []:
         set_images(objects, image)
-    return resources
 
 
 def _kustomization(folder: Path) -> Obj:
@@ -198,25 +211,39 @@ def _generate(folder: Path, spec: Obj) -> list[_Resource]:
 
 
 def _generator_data(folder: Path, generator: Obj) -> dict[str, str]:
+    """A generator's data: its files, literals and env files' entries, in that order; a key given twice is an
+    error."""
     data: dict[str, str] = {}
-
-    def put(key: str, value: str) -> None:
+    for key, value in itertools.chain(_file_entries(folder, generator), _literal_entries(generator),
+                                      _env_entries(folder, generator)):
         if key in data:
             raise KustomizeError(f"generator {generator['name']}: key {key} is given twice")
         data[key] = value
+    return data
 
+
+def _file_entries(folder: Path, generator: Obj) -> Iterator[tuple[str, str]]:
+    """``files``: ``path`` (keyed by the file's name) or ``key=path``."""
     for entry in generator.get("files") or []:
         key, _, source = entry.rpartition("=") if "=" in entry else ("", "", entry)
         path = _inside(folder, source)
         with open(path, encoding="utf-8", newline="") as file:  # the bytes as they are: no newline translation
-            put(key or path.name, file.read())
+            yield key or path.name, file.read()
+
+
+def _literal_entries(generator: Obj) -> Iterator[tuple[str, str]]:
+    """``literals``: ``key=value``, one pair of matching quotes around the value dropped."""
     for entry in generator.get("literals") or []:
         key, sep, value = entry.partition("=")
         if not sep:
             raise KustomizeError(f"generator {generator['name']}: literal {entry!r} is not key=value")
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
-        put(key, value)
+        yield key, value
+
+
+def _env_entries(folder: Path, generator: Obj) -> Iterator[tuple[str, str]]:
+    """``envs``: files of ``key=value`` lines; blank lines and ``#`` comments skipped."""
     for entry in generator.get("envs") or []:
         for line in _inside(folder, entry).read_text(encoding="utf-8").splitlines():
             line = line.lstrip()
@@ -225,8 +252,7 @@ def _generator_data(folder: Path, generator: Obj) -> dict[str, str]:
             key, sep, value = line.partition("=")
             if not sep:
                 raise KustomizeError(f"{entry}: {line!r} is not key=value")
-            put(key, value)
-    return data
+            yield key, value
 
 
 # -- patches ----------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ implemented here raises :class:`KustomizeError` rather than being skipped.
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -94,12 +95,7 @@ def json_patch(obj: Obj, operation: Obj) -> None:
     parts = [part.replace("~1", "/").replace("~0", "~") for part in path.split("/")[1:]]
     if not parts:
         raise KustomizeError(f"JSON patch path {path!r} must point inside the object")
-    parent: Any = obj
-    try:
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-    except (KeyError, IndexError, ValueError):
-        raise KustomizeError(f"JSON patch {op}: {path} does not exist in {obj['metadata']['name']}") from None
+    parent = _patch_parent(obj, parts, f"JSON patch {op}: {path} does not exist in {obj['metadata']['name']}")
     last = parts[-1]
     if op == "add":
         value = copy.deepcopy(operation["value"])
@@ -121,6 +117,18 @@ def json_patch(obj: Obj, operation: Obj) -> None:
             raise KustomizeError(f"JSON patch test failed at {path} of {obj['metadata']['name']}")
     else:
         raise KustomizeError(f"JSON patch op {op!r} is not implemented here")
+
+
+def _patch_parent(obj: Obj, parts: list[str], missing: str) -> Any:
+    """The list or mapping holding the node that ``parts`` (a JSON pointer's steps) names; ``missing`` is the
+    error when a step on the way does not exist."""
+    parent: Any = obj
+    try:
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+    except (KeyError, IndexError, ValueError):
+        raise KustomizeError(missing) from None
+    return parent
 
 
 # -- namespace, labels, replicas, images ------------------------------------------------------------------
@@ -192,7 +200,7 @@ def _retag(reference: str, image: Obj) -> str:
         name, tag = name.rsplit(":", 1)
     if name != image["name"]:
         return reference
-    name = image.get("newName", name)
+    name = str(image.get("newName", name))
     if image.get("digest"):
         return f"{name}@{image['digest']}"
     if image.get("newTag"):
@@ -203,6 +211,14 @@ def _retag(reference: str, image: Obj) -> str:
 # -- references to generated names ------------------------------------------------------------------------
 
 
+# A reference to a generated object: the kind it names, the mapping holding the name, the name's field.
+_Reference = tuple[str, Obj, str]
+# Per holder: the key of each reference it may hold, and the kind that reference names.
+_PROJECTED_SOURCES = (("configMap", "ConfigMap"), ("secret", "Secret"))
+_ENV_FROM = (("configMapRef", "ConfigMap"), ("secretRef", "Secret"))
+_VALUE_FROM = (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret"))
+
+
 def fix_references(obj: Obj, renamed: dict[tuple[str, str, str], str]) -> None:
     """Point ``obj``'s pod references at the final names of generated objects.
 
@@ -210,34 +226,39 @@ def fix_references(obj: Obj, renamed: dict[tuple[str, str, str], str]) -> None:
     namespace refer to each other.
     """
     namespace = obj["metadata"].get("namespace", "")
-
-    def rename(kind: str, holder: Obj, field: str) -> None:
-        new = renamed.get((kind, namespace, holder.get(field, "")))
-        if new is not None:
-            holder[field] = new
-
     for pod in walk_pod_specs(obj):
-        for volume in pod.get("volumes") or []:
-            if "configMap" in volume:
-                rename("ConfigMap", volume["configMap"], "name")
-            if "secret" in volume:
-                rename("Secret", volume["secret"], "secretName")
-            for source in (volume.get("projected") or {}).get("sources") or []:
-                for key, kind in (("configMap", "ConfigMap"), ("secret", "Secret")):
-                    if key in source:
-                        rename(kind, source[key], "name")
-        for secret in pod.get("imagePullSecrets") or []:
-            rename("Secret", secret, "name")
-        for container in (pod.get("containers") or []) + (pod.get("initContainers") or []):
-            for source in container.get("envFrom") or []:
-                for key, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
-                    if key in source:
-                        rename(kind, source[key], "name")
-            for variable in container.get("env") or []:
-                value_from = variable.get("valueFrom") or {}
-                for key, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
-                    if key in value_from:
-                        rename(kind, value_from[key], "name")
+        for kind, holder, field in itertools.chain(_pod_references(pod), _container_references(pod)):
+            new = renamed.get((kind, namespace, holder.get(field, "")))
+            if new is not None:
+                holder[field] = new
+
+
+def _pod_references(pod: Obj) -> Iterator[_Reference]:
+    """The references of a pod's volumes (direct and projected) and image pull secrets."""
+    for volume in pod.get("volumes") or []:
+        if "configMap" in volume:
+            yield "ConfigMap", volume["configMap"], "name"
+        if "secret" in volume:
+            yield "Secret", volume["secret"], "secretName"
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            yield from _named(source, _PROJECTED_SOURCES)
+    for secret in pod.get("imagePullSecrets") or []:
+        yield "Secret", secret, "name"
+
+
+def _container_references(pod: Obj) -> Iterator[_Reference]:
+    """The references of a pod's containers and init containers: ``envFrom`` and ``env[].valueFrom``."""
+    for container in (pod.get("containers") or []) + (pod.get("initContainers") or []):
+        for source in container.get("envFrom") or []:
+            yield from _named(source, _ENV_FROM)
+        for variable in container.get("env") or []:
+            yield from _named(variable.get("valueFrom") or {}, _VALUE_FROM)
+
+
+def _named(holder: Obj, keys: tuple[tuple[str, str], ...]) -> Iterator[_Reference]:
+    for key, kind in keys:
+        if key in holder:
+            yield kind, holder[key], "name"
 
 
 def walk_pod_specs(obj: Obj) -> Iterator[Obj]:

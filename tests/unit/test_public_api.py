@@ -74,3 +74,10 @@ def test_code_imports_itself_only_as_shardfuse() -> None:
             if bad:
                 offenders[relative] = sorted(bad)
     assert offenders == {}
+
+
+def test_no_module_over_300_lines() -> None:
+    """A module a reader can hold in mind: past 300 lines, split it by what it holds."""
+    sizes = {str(path.relative_to(REPO)): len(path.read_text(encoding="utf-8").splitlines())
+             for top in ("pipeline", "query", "workers") for path in (REPO / top).rglob("*.py")}
+    assert {path: lines for path, lines in sizes.items() if lines > 300} == {}

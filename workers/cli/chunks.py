@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,9 @@ from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.index.store import ShardPools
 from shardfuse.pipeline.index.store.inspection import backfill_events
-from shardfuse.pipeline.ingest.chunk_filter import filter_chunks
+from shardfuse.pipeline.ingest.chunk_filter import ChunkVerdict, filter_chunks
 from shardfuse.pipeline.ingest.decode import Skipped, decode_content
-from shardfuse.pipeline.ingest.preparation import filter_settings, prepare_chunks
+from shardfuse.pipeline.ingest.preparation import PreparedChunks, filter_settings, prepare_chunks
 from shardfuse.workers.publishing import CeleryEventSink
 
 
@@ -53,24 +54,7 @@ def run_explain(args: argparse.Namespace, settings: Settings) -> int:
     # The verdicts are shown even with the filter off, to see what it would do.
     verdicts = prepared.verdicts or tuple(
         filter_chunks([c.text for c in prepared.candidates], counter=counter, settings=filter_settings(settings)))
-    kept = iter(prepared.chunks)
-    rows = []
-    for chunk, verdict in zip(prepared.candidates, verdicts, strict=True):
-        dropped = settings.entropy.enabled and not verdict.kept
-        context = "" if dropped else next(kept).context
-        if verdict.kept:
-            fate = "kept"
-        elif dropped:
-            fate = f"dropped ({verdict.reason})"
-        else:
-            fate = f"kept (filter off; would drop: {verdict.reason})"
-        rows.append({
-            "ordinal": chunk.ordinal, "lines": [chunk.start_line, chunk.end_line], "tokens": chunk.token_count,
-            "heading_path": list(chunk.heading_path), "symbols": chunk.symbols.to_json(),
-            "score": verdict.score, "entity_novelty": verdict.entity_novelty,
-            "semantic_novelty": verdict.semantic_novelty, "entropy_bits": round(verdict.entropy_bits, 3),
-            "fate": fate, "context": context,
-        })
+    rows = _explain_rows(prepared, verdicts, filtering=settings.entropy.enabled)
     if args.json:
         for row in rows:
             print(json.dumps(row))
@@ -78,6 +62,36 @@ def run_explain(args: argparse.Namespace, settings: Settings) -> int:
     state = "on" if settings.entropy.enabled else "off"
     print(f"{name} in zone {args.zone}: {len(rows)} chunk(s), {len(prepared.chunks)} kept "
           f"(entropy filter {state}, threshold {settings.entropy.threshold})")
+    _print_rows(rows)
+    return 0
+
+
+def _explain_rows(prepared: PreparedChunks, verdicts: Sequence[ChunkVerdict], *,
+                  filtering: bool) -> list[dict[str, Any]]:
+    """One row per chunk the strategy made: where it is, its filter scores, its fate and its context."""
+    kept = iter(prepared.chunks)
+    rows: list[dict[str, Any]] = []
+    for chunk, verdict in zip(prepared.candidates, verdicts, strict=True):
+        dropped = filtering and not verdict.kept
+        rows.append({
+            "ordinal": chunk.ordinal, "lines": [chunk.start_line, chunk.end_line], "tokens": chunk.token_count,
+            "heading_path": list(chunk.heading_path), "symbols": chunk.symbols.to_json(),
+            "score": verdict.score, "entity_novelty": verdict.entity_novelty,
+            "semantic_novelty": verdict.semantic_novelty, "entropy_bits": round(verdict.entropy_bits, 3),
+            "fate": _fate(verdict, filtering=filtering), "context": "" if dropped else next(kept).context,
+        })
+    return rows
+
+
+def _fate(verdict: ChunkVerdict, *, filtering: bool) -> str:
+    if verdict.kept:
+        return "kept"
+    if filtering:
+        return f"dropped ({verdict.reason})"
+    return f"kept (filter off; would drop: {verdict.reason})"
+
+
+def _print_rows(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         score = "-" if row["score"] is None else f"{row['score']:.2f}"
         symbols = row["symbols"] or {}
@@ -88,7 +102,6 @@ def run_explain(args: argparse.Namespace, settings: Settings) -> int:
             print(f"     {where}")
         if row["context"]:
             print(f"     context: {row['context']}")
-    return 0
 
 
 def run_backfill(args: argparse.Namespace, settings: Settings) -> int:

@@ -220,13 +220,8 @@ def collect_garbage(directory: Path, *, keep_generations: int, published: int, d
             generations.append((generation, entry))
         elif number is not None:
             deltas.append((number, entry))
-        elif entry.name.startswith((STAGING_PREFIX, MANIFEST_TMP_PREFIX)):
-            try:
-                stale = now - entry.stat().st_mtime > _STALE_LEFTOVER_SECONDS
-            except FileNotFoundError:
-                continue
-            if stale:
-                _remove(entry)
+        elif _stale_leftover(entry, now):
+            _remove(entry)
     generations.sort(reverse=True)
     for generation, path in generations[keep_generations:]:
         if generation != published:
@@ -236,6 +231,17 @@ def collect_garbage(directory: Path, *, keep_generations: int, published: int, d
     for _, path in deltas[2:]:
         if path.name != delta:
             _remove(path)
+
+
+def _stale_leftover(entry: Path, now: float) -> bool:
+    """Whether ``entry`` is a staging directory or temporary manifest that a crashed builder left behind: one
+    untouched for longer than any build takes (a younger one may belong to a build under way)."""
+    if not entry.name.startswith((STAGING_PREFIX, MANIFEST_TMP_PREFIX)):
+        return False
+    try:
+        return now - entry.stat().st_mtime > _STALE_LEFTOVER_SECONDS
+    except FileNotFoundError:  # removed meanwhile
+        return False
 
 
 def _remove(path: Path) -> None:

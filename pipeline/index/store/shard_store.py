@@ -10,39 +10,16 @@ import numpy as np
 import numpy.typing as npt
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from shardfuse.pipeline.config.settings import DEFAULT_MODEL
-from shardfuse.pipeline.index.store import embedding_columns, reads, vector_index, vector_types
-from shardfuse.pipeline.index.store.changes import ApplyOutcome, DocStatus, DocumentChange
+from shardfuse.pipeline.index.store import embedding_columns, reads, vector_index, vector_types, writes
+from shardfuse.pipeline.index.store.changes import ApplyOutcome, DocumentChange
 from shardfuse.pipeline.index.store.connections import pooled_connection, reading_connection
 from shardfuse.pipeline.index.store.filters import ChunkFilter
 from shardfuse.pipeline.index.store.reads import ChunkRecord, VectorHit
-from shardfuse.pipeline.index.store.rows import CHUNK_COLUMNS, chunk_rows, chunk_types
 from shardfuse.pipeline.index.store.schema import ensure_shard_schema, shard_schema
 from shardfuse.pipeline.index.store.vector_index import BuildSettings
-
-
-def _newer(change: DocumentChange, stored_seq: int) -> bool:
-    """The version rule: a change applies when its seq is newer than the shard's (or equal, for a refresh
-    of what the shard holds)."""
-    seq = change.event.seq
-    return seq > stored_seq or (change.refresh and seq == stored_seq)
-
-
-def _fenced(change: DocumentChange, stored_fence: int) -> bool:
-    """The fencing rule: a change written under a lease older than the newest one the shard has seen is
-    refused (its writer's lease lapsed and another took over)."""
-    return change.fence is not None and change.fence < stored_fence
-
-
-def _missing_models(change: DocumentChange, required: tuple[str, ...]) -> tuple[str, ...]:
-    """The models the zone's writes must fill that an indexed change has no vectors of."""
-    if change.status is not DocStatus.INDEXED or not change.chunks:
-        return ()
-    return tuple(m for m in required if m not in change.models)
-
 
 # What BM25 indexes is what was embedded: the situating context, then the chunk.
 _INDEXED_TEXT = "CASE WHEN context = '' THEN text ELSE context || E'\\n\\n' || text END"
@@ -96,128 +73,15 @@ class ShardStore:
 
     # -- writes --------------------------------------------------------------------------------------
     def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:
-        """Apply document changes in one transaction; a change older than what the shard holds is a no-op.
+        """Apply document changes in one transaction; a change older than what the shard holds is a no-op
+        (:func:`~shardfuse.pipeline.index.store.writes.apply_changes`: version rule, fencing, embedding models).
 
-        Rows are locked in ``(zone, path)`` order so that concurrent batches touching the same documents
-        queue behind each other instead of deadlocking.
+        Returns one outcome per distinct document, for its newest change, in ``(zone, path)`` order.
         """
-        latest: dict[tuple[str, str], DocumentChange] = {}
-        for change in changes:
-            held = latest.get(change.key)
-            if held is None or change.event.seq > held.event.seq:
-                latest[change.key] = change
-        keys = sorted(latest)
-        if not keys:
+        if not changes:
             return []
-        zones = [k[0] for k in keys]
-        paths = [k[1] for k in keys]
-        with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
-            # Which embedding columns each zone's writes fill; the list cannot change before this commits.
-            embedding_columns.lock_shared(cur, self.shard)
-            required = embedding_columns.required_models(cur, self._schema, zones)
-            # A placeholder row (seq -1) gives a never-seen document something to lock; it is replaced
-            # below in the same transaction, so no reader ever sees it.
-            cur.execute(
-                self._q(
-                    "INSERT INTO {s}.documents (zone, path, seq, status) "
-                    "SELECT z, p, -1, 'pending' FROM unnest(%s::text[], %s::text[]) AS t(z, p) "
-                    "ORDER BY z, p ON CONFLICT (zone, path) DO NOTHING"
-                ),
-                (zones, paths),
-            )
-            cur.execute(
-                self._q(
-                    "SELECT d.zone, d.path, d.seq, d.fence FROM {s}.documents d "
-                    "JOIN unnest(%s::text[], %s::text[]) AS t(z, p) ON d.zone = t.z AND d.path = t.p "
-                    "ORDER BY d.zone, d.path FOR UPDATE OF d"
-                ),
-                (zones, paths),
-            )
-            rows = cur.fetchall()
-            stored = {(z, p): int(seq) for z, p, seq, _ in rows}
-            fences = {(z, p): int(fence) for z, p, _, fence in rows}
-            fenced = {k for k in keys if _fenced(latest[k], fences[k])}
-            missing = {k: m for k in keys if k not in fenced and _newer(latest[k], stored[k])
-                       and (m := _missing_models(latest[k], required[k[0]]))}
-            fresh = [latest[k] for k in keys if k not in fenced and k not in missing and _newer(latest[k], stored[k])]
-            if fresh:
-                self._replace(cur, fresh, required)
-            # A stale change's token still counts: the shard remembers the newest lease that reached it.
-            fresh_keys = {c.key for c in fresh}
-            self._raise_fences(cur, [latest[k] for k in keys if k not in fenced and k not in fresh_keys
-                                     and (latest[k].fence or 0) > fences[k]])
-        return [
-            ApplyOutcome(
-                key=k,
-                seq=latest[k].event.seq,
-                applied=k not in fenced and k not in missing and _newer(latest[k], stored[k]),
-                stored_seq=None if stored[k] < 0 else stored[k],
-                fenced=k in fenced,
-                stored_fence=fences[k],
-                missing_models=missing.get(k, ()),
-            )
-            for k in keys
-        ]
-
-    def _raise_fences(self, cur: psycopg.Cursor[Any], changes: list[DocumentChange]) -> None:
-        if changes:
-            cur.executemany(
-                self._q("UPDATE {s}.documents SET fence = %s WHERE zone = %s AND path = %s AND fence < %s"),
-                [(c.fence, c.event.zone, c.event.path, c.fence) for c in changes],
-            )
-
-    def _replace(self, cur: psycopg.Cursor[Any], fresh: list[DocumentChange],
-                 required: dict[str, tuple[str, ...]]) -> None:
-        cur.execute(
-            self._q(
-                "DELETE FROM {s}.chunks c USING unnest(%s::text[], %s::text[]) AS t(z, p) "
-                "WHERE c.zone = t.z AND c.path = t.p"
-            ),
-            ([c.event.zone for c in fresh], [c.event.path for c in fresh]),
-        )
-        writes = [c for c in fresh if c.status is DocStatus.INDEXED and c.chunks]
-        if writes:
-            # Other models' columns, for the zones whose writes fill them (most writes: none).
-            others = sorted({m for c in writes for m in required[c.event.zone] if m != DEFAULT_MODEL})
-            columns = [*CHUNK_COLUMNS, *map(embedding_columns.column_for, others)]
-            copy_sql = sql.SQL("COPY {s}.chunks ({cols}) FROM STDIN WITH (FORMAT BINARY)").format(
-                s=self._schema, cols=sql.SQL(", ").join(map(sql.Identifier, columns))
-            )
-            vector_type = self._vector_type_of(cur.connection)
-            vector = vector_types.copy_value(vector_type)
-            with cur.copy(copy_sql) as copy:
-                copy.set_types([*chunk_types(vector_type), *(vector_type for _ in others)])
-                for change in writes:
-                    for row in chunk_rows(change, others, vector=vector):
-                        copy.write_row(row)
-        cur.executemany(
-            self._q(
-                "UPDATE {s}.documents SET seq = %s, status = %s, content_hash = %s, event_id = %s, "
-                "size = %s, mime = %s, reason = %s, chunk_count = %s, token_count = %s, line_count = %s, "
-                "metadata = %s, dropped = %s, fence = greatest(fence, %s), updated_at = now() "
-                "WHERE zone = %s AND path = %s"
-            ),
-            [
-                (
-                    c.event.seq,
-                    c.status.value,
-                    c.event.content_hash,
-                    c.event.event_id,
-                    c.event.size,
-                    c.event.mime,
-                    c.reason,
-                    len(c.chunks),
-                    sum(ch.token_count for ch in c.chunks),
-                    c.line_count,
-                    Jsonb(c.event.metadata) if c.event.metadata else None,
-                    Jsonb(c.dropped) if c.dropped else None,
-                    c.fence or 0,
-                    c.event.zone,
-                    c.event.path,
-                )
-                for c in fresh
-            ],
-        )
+        with self._connection() as conn:
+            return writes.apply_changes(conn, self._schema, self.shard, changes, vector_type_of=self._vector_type_of)
 
     # -- reads ---------------------------------------------------------------------------------------
     def document_seq(self, zone: str, path: str) -> int | None:

@@ -16,58 +16,28 @@ and paragraphs (blank lines; in HTML also lines that open a block-level tag). Be
   is ``title`` if given, else the first level-1 heading (Markdown, rST), ``<title>`` or the first ``<h1>``
   (HTML). A heading that became the title is not repeated after it.
 
+The blocks (paragraphs, headings, fences) come from the format's parser in
+:mod:`shardfuse.pipeline.ingest.chunkers.markup_blocks`; this module fits them to the budget and packs them.
+
 Cost: one tokenization of the whole text (see :class:`_Tokens`), a regex pass per line, token windows only
 for lines over the budget.
 """
 
 from __future__ import annotations
 
-import html
 import re
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers.base import ChunkBudget, Span
+from shardfuse.pipeline.ingest.chunkers.markup_blocks import PARSERS, Block, Heading, html_title, units_of
 from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text
 
-# Level (1 is highest) and text of a heading; a None text is the title's heading, left out of paths.
-_Heading = tuple[int, str | None]
-
-_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*))?$")
-_ATX_CLOSING = re.compile(r"(?:^|[ \t]+)#+$")
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
-_SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
-# A paragraph starting like this is a list, quote or table: a "---" below it is a rule, not an underline.
-_NOT_SETEXT = re.compile(r" {0,3}(?:[-*+>]\s|\d{1,9}[.)]\s|\|)")
-_FRONT_MATTER = re.compile(r"(---|\+\+\+)[ \t]*\r?\n.{0,20000}?^(?:\1|\.\.\.)[ \t]*\r?$", re.S | re.M)
-_RST_ADORNMENT = re.compile(r"([=\-~^\"'`#*+])\1*$")
-_HTML_BLOCK_TAGS = (
-    "address|article|aside|blockquote|body|caption|dd|details|dialog|div|dl|dt|fieldset|figcaption|figure|"
-    "footer|form|h[1-6]|head|header|hr|html|li|main|nav|ol|p|pre|section|summary|table|tbody|td|tfoot|th|"
-    "thead|title|tr|ul"
-)
-_HTML_BLOCK_LINE = re.compile(rf"^[ \t]*<(?:{_HTML_BLOCK_TAGS})\b", re.I | re.M)
-# Never cut inside these; headings inside them do not count. Unclosed, they run to the end.
-_HTML_RAW = re.compile(r"<!--.*?(?:-->|\Z)|<(pre|script|style|textarea)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.I | re.S)
-# Bounded, so that many unclosed headings cannot make the scan quadratic.
-_HTML_HEADING = re.compile(r"<h([1-6])\b[^>]*>(.{0,4000}?)</h\1\s*>", re.I | re.S)
-_HTML_TITLE = re.compile(r"<title\b[^>]*>(.{0,4000}?)</title\s*>", re.I | re.S)
-_HTML_TAG = re.compile(r"<[^>]*>")
 _BREAK_AFTER_INDENT = re.compile(r"[^\S\r\n]*[\r\n]")
 # Encodings whose pre-split takes a run of line breaks up to its last "\n" (``\s*[\r\n]+``), see _Tokens.
 _LINE_AWARE_ENCODINGS = frozenset({"cl100k_base", "o200k_base"})
-
-
-@dataclass(frozen=True, slots=True)
-class _Block:
-    """Whole non-blank lines ``text[start:end]`` (without the last ``"\\n"``) that belong together, and the
-    headings they open, in order."""
-
-    start: int
-    end: int
-    headings: tuple[_Heading, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +96,9 @@ def semantic_spans(
 
     Whitespace-only text gives no spans; an unknown ``fmt`` raises :class:`ValueError`.
     """
-    parse = _PARSERS.get(fmt)
+    parse = PARSERS.get(fmt)
     if parse is None:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(_PARSERS)}")
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(PARSERS)}")
     if not text or text.isspace():
         return []
     doc_title, blocks = _with_title(text, fmt, parse(text), title)
@@ -137,10 +107,9 @@ def semantic_spans(
     return [Span(start=g[0].start, end=g[-1].end, heading_path=_group_path(g)) for g in groups]
 
 
-def _with_title(text: str, fmt: str, blocks: list[_Block], title: str | None) -> tuple[str | None, list[_Block]]:
+def _with_title(text: str, fmt: str, blocks: list[Block], title: str | None) -> tuple[str | None, list[Block]]:
     """The document's title, and the blocks with the heading that gave it (if any) left out of paths."""
-    tag = _HTML_TITLE.search(text) if fmt == "html" else None
-    found = _html_text(tag.group(1)) if tag else None
+    found = html_title(text) if fmt == "html" else None
     index = None if found else next((i for i, b in enumerate(blocks) if b.headings and b.headings[0][0] == 1), None)
     if index is not None:
         (level, heading), *rest = blocks[index].headings
@@ -150,13 +119,11 @@ def _with_title(text: str, fmt: str, blocks: list[_Block], title: str | None) ->
     return title or found or None, blocks
 
 
-def _pieces(
-    text: str, blocks: list[_Block], *, tokens: _Tokens, budget: ChunkBudget, title: str | None
-) -> list[_Piece]:
+def _pieces(text: str, blocks: list[Block], *, tokens: _Tokens, budget: ChunkBudget, title: str | None) -> list[_Piece]:
     """Every block as pieces within the budget, each with the heading path it sits under. A block's range runs
     to the next block's start, so blank lines go with the block before them."""
     root: tuple[str, ...] = (title,) if title else ()
-    outline: list[_Heading] = []
+    outline: list[Heading] = []
     path = root
     pieces: list[_Piece] = []
     for i, block in enumerate(blocks):
@@ -179,9 +146,9 @@ def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget) 
     count = tokens.count(start, end)
     if count <= budget.max_tokens:
         return [(start, end, count, False)]
-    units = _units(text, start, end, paragraphs=True)
+    units = units_of(text, start, end, paragraphs=True)
     if len(units) == 1:
-        units = _units(text, start, end, paragraphs=False)
+        units = units_of(text, start, end, paragraphs=False)
     if len(units) > 1:
         ends = [s for s, _ in units[1:]] + [end]
         return [part for (s, _), e in zip(units, ends, strict=True) for part in _fit(text, s, e, tokens, budget)]
@@ -232,161 +199,3 @@ def _checked(
 def _group_path(group: list[_Piece]) -> tuple[str, ...]:
     """The path of a group's first paragraph: it follows the group's leading headings, if any."""
     return next((p.path for p in group if not p.level), group[-1].path)
-
-
-def _lines(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of every line of ``text[start:end]``, without its ``"\\n"``."""
-    while start < end:
-        stop = text.find("\n", start, end)
-        stop = end if stop == -1 else stop
-        yield start, stop
-        start = stop + 1
-
-
-def _blank(text: str, start: int, end: int) -> bool:
-    """Whether ``text[start:end]`` is empty or whitespace."""
-    return start == end or text[start:end].isspace()
-
-
-def _units(text: str, start: int, end: int, *, paragraphs: bool) -> list[tuple[int, int]]:
-    """The paragraphs (runs of non-blank lines) of ``text[start:end]``, or else its non-blank lines."""
-    units: list[tuple[int, int]] = []
-    after_blank = True
-    for s, e in _lines(text, start, end):
-        if _blank(text, s, e):
-            after_blank = True
-        elif paragraphs and not after_blank:
-            units[-1] = (units[-1][0], e)
-        else:
-            units.append((s, e))
-            after_blank = False
-    return units
-
-
-def _parse_text(text: str) -> list[_Block]:
-    """Plain text: paragraphs, no headings."""
-    return [_Block(s, e) for s, e in _units(text, 0, len(text), paragraphs=True)]
-
-
-def _parse_markdown(text: str) -> list[_Block]:
-    """Markdown: ATX and setext headings, fenced code blocks (kept whole, headings inside ignored), paragraphs,
-    and a leading YAML/TOML front matter as one block."""
-    front = _FRONT_MATTER.match(text)
-    blocks = [_Block(0, front.end())] if front else []
-    para: tuple[int, int, bool] | None = None  # open paragraph: start, end, whether an underline may follow
-    fence: tuple[re.Pattern[str], int] | None = None  # open fence: its closing line, its start
-    for start, end in _lines(text, front.end() if front else 0, len(text)):
-        line = text[start:end].rstrip()
-        if fence is not None:
-            if fence[0].match(line):
-                blocks.append(_Block(fence[1], end))
-                fence = None
-            continue
-        underline = _SETEXT.match(line) if para and para[2] else None
-        if underline and para:
-            level = 1 if underline.group(1)[0] == "=" else 2
-            blocks.append(_Block(para[0], end, ((level, " ".join(text[para[0] : para[1]].split())),)))
-            para = None
-            continue
-        atx, opening = _ATX.match(line), _FENCE.match(line)
-        opening = opening if opening and not (opening.group(1)[0] == "`" and "`" in opening.group(2)) else None
-        if not line or atx or opening:
-            blocks.extend([_Block(para[0], para[1])] if para else [])
-            para = None
-        if atx:
-            heading = _ATX_CLOSING.sub("", (atx.group(2) or "").strip()).strip()
-            blocks.append(_Block(start, end, ((len(atx.group(1)), heading),)))
-        elif opening:
-            marker = opening.group(1)
-            fence = (re.compile(rf" {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[ \t]*$"), start)
-        elif line:
-            para = (para[0], end, para[2]) if para else (start, end, not _NOT_SETEXT.match(line))
-    if para:
-        blocks.append(_Block(para[0], para[1]))
-    if fence:
-        blocks.append(_Block(fence[1], len(text)))
-    return blocks
-
-
-def _parse_rst(text: str) -> list[_Block]:
-    """reStructuredText: section titles (levels in order of first appearance of each adornment style, as
-    docutils assigns them) and paragraphs."""
-    lines = list(_lines(text, 0, len(text)))
-    rows = [text[s:e].rstrip() for s, e in lines]
-    styles: list[tuple[str, bool]] = []
-    blocks: list[_Block] = []
-    para: tuple[int, int] | None = None
-    i = 0
-    while i < len(lines):
-        start, end = lines[i]
-        blank = not rows[i].strip()
-        found = None if para or blank else _rst_title(rows, i)
-        if found:
-            used, heading, style = found
-            if style not in styles:
-                styles.append(style)
-            blocks.append(_Block(start, lines[i + used - 1][1], ((styles.index(style) + 1, heading),)))
-            i += used
-            continue
-        if blank and para:
-            blocks.append(_Block(*para))
-        para = None if blank else (para[0] if para else start, end)
-        i += 1
-    blocks.extend([_Block(*para)] if para else [])
-    return blocks
-
-
-def _rst_title(rows: list[str], i: int) -> tuple[int, str, tuple[str, bool]] | None:
-    """The section title starting at ``rows[i]`` (lines without trailing whitespace): the lines it spans, its
-    text and its adornment style (character, whether overlined); or None."""
-    first, second, third = (rows[k] if k < len(rows) else "" for k in (i, i + 1, i + 2))
-    if _RST_ADORNMENT.match(first):
-        title = second.strip()
-        fits = title and not _RST_ADORNMENT.match(second) and len(first) >= len(title)
-        return (3, title, (first[0], True)) if fits and third == first else None
-    if first and not first[0].isspace() and _RST_ADORNMENT.match(second) and len(second) >= len(first):
-        return 2, first.strip(), (second[0], False)
-    return None
-
-
-def _parse_html(text: str) -> list[_Block]:
-    """HTML: blocks start at blank lines and at lines that open a block-level tag; ``<pre>``, ``<script>``,
-    ``<style>``, ``<textarea>`` and comments are kept whole. Headings are ``<h1>``..``<h6>``."""
-    raw = [m.span() for m in _HTML_RAW.finditer(text)]
-    raw_starts = [s for s, _ in raw]
-    opens = {m.start() for m in _HTML_BLOCK_LINE.finditer(text)}
-    spans: list[tuple[int, int]] = []
-    for start, end in _lines(text, 0, len(text)):
-        if spans and _inside(raw, raw_starts, start):
-            spans[-1] = (spans[-1][0], end)
-        elif _blank(text, start, end):
-            continue
-        elif spans and start not in opens and spans[-1][1] == start - 1:
-            spans[-1] = (spans[-1][0], end)
-        else:
-            spans.append((start, end))
-    headings: dict[int, list[_Heading]] = {}
-    starts = [s for s, _ in spans]
-    for m in _HTML_HEADING.finditer(text):
-        if not _inside(raw, raw_starts, m.start()):
-            headings.setdefault(bisect_right(starts, m.start()) - 1, []).append((int(m.group(1)), _html_text(m[2])))
-    return [_Block(s, e, tuple(headings.get(i, ()))) for i, (s, e) in enumerate(spans)]
-
-
-def _inside(raw: list[tuple[int, int]], raw_starts: list[int], pos: int) -> bool:
-    """Whether ``pos`` lies after the start of one of the ``raw`` ranges and before its end."""
-    i = bisect_right(raw_starts, pos) - 1
-    return i >= 0 and raw[i][0] < pos < raw[i][1]
-
-
-def _html_text(fragment: str) -> str:
-    """The text of an HTML fragment: tags dropped, entities decoded, whitespace collapsed."""
-    return " ".join(html.unescape(_HTML_TAG.sub("", fragment)).split())
-
-
-_PARSERS: dict[str, Callable[[str], list[_Block]]] = {
-    "markdown": _parse_markdown,
-    "rst": _parse_rst,
-    "html": _parse_html,
-    "text": _parse_text,
-}

@@ -95,11 +95,9 @@ class BraceTokens:
             if self.paren[i] == p0 and self.brace[i] == b0:
                 if t == "{":
                     j = self.match[i]
-                    if j < 0:
-                        return None
-                    if not statement:
-                        return self.pos[j] + 1
-                    i = j
+                    if j < 0 or not statement:  # closes past the chunk, or the body ends the definition
+                        return None if j < 0 else self.pos[j] + 1
+                    i = j  # braces inside a statement (`int x[] = {1, 2};`): go on after them
                 elif t in (";", "}", ")", "]"):  # its own end, or the end of what encloses it
                     return at + (t == ";")
                 elif t in ("=", "=>"):

@@ -1,0 +1,178 @@
+"""Brace languages' units, from the header patterns and brace matching of
+:mod:`shardfuse.pipeline.ingest.symbols`: see :mod:`.code_units`."""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from shardfuse.pipeline.ingest.chunkers.code_layout import Layout, SourceLines, Unit, fill
+from shardfuse.pipeline.ingest.symbols import EXTRACTORS
+from shardfuse.pipeline.ingest.symbols.braces import (
+    NOT_BEFORE_NAME,
+    NOT_NAMES,
+    BraceLanguage,
+    BraceTokens,
+    Header,
+    blank_literal,
+)
+from shardfuse.pipeline.ingest.symbols.model import Kind
+
+# The brace languages are whatever shardfuse.pipeline.ingest.symbols reads with brace patterns.
+BRACE_LANGUAGES: dict[str, BraceLanguage] = {
+    str(name): extractor for name, extractor in EXTRACTORS.items() if isinstance(extractor, BraceLanguage)
+}
+# The text before a "{" that opens a block whose contents are top level: namespaces, Rust modules,
+# TypeScript modules and `declare global`, C++ `extern "C"` (its string blanked).
+_CONTAINER = re.compile(
+    r"(?:\s*#!?\[[^\]]*\])*"  # Rust attributes: #[cfg(test)]
+    r"\s*(?:(?:export|declare|inline|pub(?:\([^)]*\))?)\s+)*(?:namespace|module|mod)\b[^;{}()=]*"
+    r"|\s*(?:declare\s+)?global\s*|\s*extern\s*"
+)
+# A line (strings blanked) holding only an attribute or annotation: #[derive(..)], @Override, [Test].
+_ATTRIBUTE = re.compile(r"#!?\[.*\]|@[A-Za-z_][\w.]*(?:\(.*\))?|\[[A-Za-z_][\w.]*(?:\(.*\))?\]")
+# Code beyond comments, whitespace and lone braces (the closing brace of a namespace is not code).
+_CODE_CHAR = re.compile(r"[^\s{};]")
+
+
+def brace_layout(text: str, language: str) -> Layout:
+    """The units of ``text`` in ``language``, one of :data:`BRACE_LANGUAGES`."""
+    return _BraceScan(text, BRACE_LANGUAGES[language]).layout()
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    """A definition header found in the blanked code (``code`` offsets are text offsets + 1)."""
+
+    start: int  # text offset of the header's first line (the code offset of the line end before it)
+    name_at: int  # text offset of the name
+    name_end: int  # code offset of the name's end
+    name: str
+    header: Header
+    brace: int  # braces open at the name
+    paren: int  # parentheses and brackets open at the name
+    level: int  # braces open at the name, not counting those of namespaces and modules
+
+
+class _BraceScan:
+    """One document of a brace language, blanked and scanned once."""
+
+    def __init__(self, text: str, language: BraceLanguage) -> None:
+        self.text = text
+        self.lines = SourceLines(text)
+        # One line end before the text, as shardfuse.pipeline.ingest.symbols expects: header patterns start with one.
+        self.code = "\n" + language.literals.sub(blank_literal, text)
+        self.uncommented = language.literals.sub(_blank_comment, text)  # strings kept: they are code
+        self.tokens = BraceTokens.scan(self.code)
+        self.braces, self.parens, self.levels = self._depths()
+        every = self._headers(language.headers)
+        self.header_starts = [h.start for h in every]  # where a bodiless definition stops (see BraceTokens.end_of)
+        self.definitions = sorted((h for h in every if h.header.kind is not Kind.CONSTANT), key=lambda h: h.name_at)
+        self.name_offsets = [h.name_at for h in self.definitions]
+
+    def layout(self) -> Layout:
+        top = [h for h in self.definitions if h.level == 0 and h.paren == 0]
+        units = self._units(top, 0, len(self.text), floor=1)
+        inside = [(u.start, u.end) for u in units if u.name]
+        definitions = tuple((h.name_at, h.name) for h in self.definitions if _within(inside, h.name_at))
+        return Layout(tuple(units), definitions)
+
+    def _units(self, headers: list[_Header], lo: int, hi: int, *, floor: int) -> list[Unit]:
+        """Units of ``[lo, hi)`` with ``headers`` (one nesting level, by name offset) as definitions."""
+        definitions: list[Unit] = []
+        cursor = lo
+        for h in sorted(headers, key=lambda h: h.start):
+            header_line = self.lines.line_of(h.start)
+            if h.start < cursor or header_line < floor:
+                continue  # inside the previous definition, or on its parent's header line
+            end = min(self._end(h), hi)
+            first = self.lines.attach_above(header_line, max(floor, self.lines.line_of(cursor)), self._attachable)
+            start = self.lines.start(first)
+            parts: tuple[Unit, ...] = ()
+            members = [
+                m
+                for m in self.definitions[
+                    bisect_right(self.name_offsets, h.name_at) : bisect_left(self.name_offsets, end)
+                ]
+                if m.brace == h.brace + 1 and m.paren == h.paren
+            ]
+            if members:
+                inner = self._units(members, start, end, floor=self.lines.line_of(h.name_at) + 1)
+                parts = tuple(inner) if any(u.name for u in inner) else ()
+            definitions.append(Unit(start, end, h.name, parts=parts))
+            cursor = end
+        return fill(self.text, lo, hi, definitions, self._is_code)
+
+    def _end(self, h: _Header) -> int:
+        """The end of the line where ``h``'s definition ends (its closing brace, ``;`` or statement end)."""
+        following = bisect_left(self.header_starts, h.name_end)
+        stop = self.header_starts[following] if following < len(self.header_starts) else len(self.code)
+        end = self.tokens.end_of(self.code, h.name_end, statement=h.header.statement, stop=stop)
+        if end is None:  # still open at the end of the document
+            return len(self.text)
+        return self.lines.end(self.lines.line_of(max(end - 2, h.start)))  # end - 2: its last character, in text
+
+    def _headers(self, headers: tuple[Header, ...]) -> list[_Header]:
+        """Every header, filtered as shardfuse.pipeline.ingest.symbols filters them, by position."""
+        found: dict[int, _Header] = {}
+        for header in headers:
+            for m in header.pattern.finditer(self.code):
+                name, at = m["name"], m.start("name")
+                if name in NOT_NAMES or at - 1 in found:
+                    continue
+                if not NOT_BEFORE_NAME.isdisjoint(self.code[m.start() : at].split()):
+                    continue
+                i = bisect_left(self.tokens.pos, at)
+                found[at - 1] = _Header(
+                    m.start(), at - 1, m.end("name"), name, header, self.braces[i], self.parens[i], self.levels[i]
+                )
+        return sorted(found.values(), key=lambda h: (h.start, h.name_at))
+
+    def _depths(self) -> tuple[list[int], list[int], list[int]]:
+        """Braces, parentheses and non-namespace braces open before each token, and after the last one."""
+        braces, parens, levels = list(self.tokens.brace), list(self.tokens.paren), []
+        containers: list[bool] = []  # per open brace: does it open a namespace or module?
+        level = brace = paren = 0
+        boundary = 0  # where the statement holding the current token began
+        for at, token in zip(self.tokens.pos, self.tokens.tok, strict=True):
+            levels.append(level)
+            if token == "{":
+                containers.append(_CONTAINER.fullmatch(self.code, boundary, at) is not None)
+                level += not containers[-1]
+                brace += 1
+            elif token == "}":
+                if containers and not containers.pop():
+                    level -= 1
+                brace -= 1
+            elif token in ("(", "["):
+                paren += 1
+            elif token in (")", "]"):
+                paren -= 1
+            if token in ("{", "}", ";"):
+                boundary = at + 1
+        return [*braces, brace], [*parens, paren], [*levels, level]
+
+    def _attachable(self, line: int) -> bool:
+        """A comment, doc-comment, attribute or annotation line (attached to the definition below it)."""
+        start, end = self.lines.start(line), self.lines.end(line)
+        if not self.text[start:end].strip():
+            return False
+        return (
+            not self.uncommented[start:end].strip()
+            or _ATTRIBUTE.fullmatch(self.code[start + 1 : end + 1].strip()) is not None
+        )
+
+    def _is_code(self, start: int, end: int) -> bool:
+        return _CODE_CHAR.search(self.uncommented, start, end) is not None
+
+
+def _within(ranges: list[tuple[int, int]], offset: int) -> bool:
+    """Whether ``offset`` falls in one of ``ranges`` (in order, not overlapping)."""
+    i = bisect_right(ranges, offset, key=lambda r: r[0]) - 1
+    return i >= 0 and offset < ranges[i][1]
+
+
+def _blank_comment(match: re.Match[str]) -> str:
+    s = match.group()
+    return blank_literal(match) if s.startswith(("//", "/*")) else s

@@ -1,0 +1,238 @@
+"""The blocks of a document's markup that semantic chunking cuts along (:mod:`.semantic`).
+
+One parser per format turns the text into :class:`Block` s: whole non-blank lines that belong together
+(a paragraph, a heading, a fenced code block, front matter, an HTML block) and the headings each opens.
+
+- Markdown: ATX and setext headings, fenced code blocks (kept whole, headings inside ignored), paragraphs,
+  and a leading YAML/TOML front matter as one block;
+- reStructuredText: section titles, leveled in order of first appearance of each adornment style (as docutils
+  does), and paragraphs;
+- HTML: blocks start at blank lines and at lines that open a block-level tag; ``<pre>``, ``<script>``,
+  ``<style>``, ``<textarea>`` and comments are kept whole; headings are ``<h1>`` .. ``<h6>``;
+- plain text: paragraphs, no headings.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+# Level (1 is highest) and text of a heading; a None text is the title's heading, left out of paths.
+Heading = tuple[int, str | None]
+
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*))?$")
+_ATX_CLOSING = re.compile(r"(?:^|[ \t]+)#+$")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
+_SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
+# A paragraph starting like this is a list, quote or table: a "---" below it is a rule, not an underline.
+_NOT_SETEXT = re.compile(r" {0,3}(?:[-*+>]\s|\d{1,9}[.)]\s|\|)")
+_FRONT_MATTER = re.compile(r"(---|\+\+\+)[ \t]*\r?\n.{0,20000}?^(?:\1|\.\.\.)[ \t]*\r?$", re.S | re.M)
+_RST_ADORNMENT = re.compile(r"([=\-~^\"'`#*+])\1*$")
+_HTML_BLOCK_TAGS = (
+    "address|article|aside|blockquote|body|caption|dd|details|dialog|div|dl|dt|fieldset|figcaption|figure|"
+    "footer|form|h[1-6]|head|header|hr|html|li|main|nav|ol|p|pre|section|summary|table|tbody|td|tfoot|th|"
+    "thead|title|tr|ul"
+)
+_HTML_BLOCK_LINE = re.compile(rf"^[ \t]*<(?:{_HTML_BLOCK_TAGS})\b", re.I | re.M)
+# Never cut inside these; headings inside them do not count. Unclosed, they run to the end.
+_HTML_RAW = re.compile(r"<!--.*?(?:-->|\Z)|<(pre|script|style|textarea)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.I | re.S)
+# Bounded, so that many unclosed headings cannot make the scan quadratic.
+_HTML_HEADING = re.compile(r"<h([1-6])\b[^>]*>(.{0,4000}?)</h\1\s*>", re.I | re.S)
+_HTML_TITLE = re.compile(r"<title\b[^>]*>(.{0,4000}?)</title\s*>", re.I | re.S)
+_HTML_TAG = re.compile(r"<[^>]*>")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Whole non-blank lines ``text[start:end]`` (without the last ``"\\n"``) that belong together, and the
+    headings they open, in order."""
+
+    start: int
+    end: int
+    headings: tuple[Heading, ...] = ()
+
+
+def line_spans(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of every line of ``text[start:end]``, without its ``"\\n"``."""
+    while start < end:
+        stop = text.find("\n", start, end)
+        stop = end if stop == -1 else stop
+        yield start, stop
+        start = stop + 1
+
+
+def _blank(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` is empty or whitespace."""
+    return start == end or text[start:end].isspace()
+
+
+def units_of(text: str, start: int, end: int, *, paragraphs: bool) -> list[tuple[int, int]]:
+    """The paragraphs (runs of non-blank lines) of ``text[start:end]``, or else its non-blank lines."""
+    units: list[tuple[int, int]] = []
+    after_blank = True
+    for s, e in line_spans(text, start, end):
+        if _blank(text, s, e):
+            after_blank = True
+        elif paragraphs and not after_blank:
+            units[-1] = (units[-1][0], e)
+        else:
+            units.append((s, e))
+            after_blank = False
+    return units
+
+
+def _parse_text(text: str) -> list[Block]:
+    """Plain text: paragraphs, no headings."""
+    return [Block(s, e) for s, e in units_of(text, 0, len(text), paragraphs=True)]
+
+
+def _parse_markdown(text: str) -> list[Block]:
+    """Markdown: ATX and setext headings, fenced code blocks (kept whole, headings inside ignored), paragraphs,
+    and a leading YAML/TOML front matter as one block."""
+    front = _FRONT_MATTER.match(text)
+    blocks = [Block(0, front.end())] if front else []
+    para: tuple[int, int, bool] | None = None  # open paragraph: start, end, whether an underline may follow
+    fence: tuple[re.Pattern[str], int] | None = None  # open fence: its closing line, its start
+    for start, end in line_spans(text, front.end() if front else 0, len(text)):
+        line = text[start:end].rstrip()
+        if fence is not None:
+            if fence[0].match(line):
+                blocks.append(Block(fence[1], end))
+                fence = None
+            continue
+        underline = _SETEXT.match(line) if para and para[2] else None
+        if underline and para:
+            level = 1 if underline.group(1)[0] == "=" else 2
+            blocks.append(Block(para[0], end, ((level, " ".join(text[para[0] : para[1]].split())),)))
+            para = None
+            continue
+        atx, closing = _atx_heading(line), _closing_fence(line)
+        if not line or atx or closing:
+            blocks.extend(_paragraph(para))
+            para = None
+        if atx:
+            blocks.append(Block(start, end, (atx,)))
+        elif closing:
+            fence = (closing, start)
+        elif line:
+            para = (para[0], end, para[2]) if para else (start, end, not _NOT_SETEXT.match(line))
+    blocks.extend(_paragraph(para))
+    if fence:  # unclosed: it runs to the end
+        blocks.append(Block(fence[1], len(text)))
+    return blocks
+
+
+def _paragraph(para: tuple[int, int, bool] | None) -> list[Block]:
+    """The open paragraph ``(start, end, _)`` as a block, if there is one."""
+    return [Block(para[0], para[1])] if para else []
+
+
+def _atx_heading(line: str) -> Heading | None:
+    """The level and text of ``line`` if it is an ATX heading (``## Text ##``), else None."""
+    atx = _ATX.match(line)
+    if atx is None:
+        return None
+    return len(atx.group(1)), _ATX_CLOSING.sub("", (atx.group(2) or "").strip()).strip()
+
+
+def _closing_fence(line: str) -> re.Pattern[str] | None:
+    """If ``line`` opens a fenced code block, the pattern of the line that closes it (the same character, at
+    least as many times); else None. A backtick fence's info string may hold no backtick."""
+    opening = _FENCE.match(line)
+    if opening is None or (opening.group(1)[0] == "`" and "`" in opening.group(2)):
+        return None
+    marker = opening.group(1)
+    return re.compile(rf" {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[ \t]*$")
+
+
+def _parse_rst(text: str) -> list[Block]:
+    """reStructuredText: section titles (levels in order of first appearance of each adornment style, as
+    docutils assigns them) and paragraphs."""
+    lines = list(line_spans(text, 0, len(text)))
+    rows = [text[s:e].rstrip() for s, e in lines]
+    styles: list[tuple[str, bool]] = []
+    blocks: list[Block] = []
+    para: tuple[int, int] | None = None
+    i = 0
+    while i < len(lines):
+        start, end = lines[i]
+        blank = not rows[i].strip()
+        found = None if para or blank else _rst_title(rows, i)
+        if found:
+            used, heading, style = found
+            if style not in styles:
+                styles.append(style)
+            blocks.append(Block(start, lines[i + used - 1][1], ((styles.index(style) + 1, heading),)))
+            i += used
+            continue
+        if blank and para:
+            blocks.append(Block(*para))
+        para = None if blank else (para[0] if para else start, end)
+        i += 1
+    blocks.extend([Block(*para)] if para else [])
+    return blocks
+
+
+def _rst_title(rows: list[str], i: int) -> tuple[int, str, tuple[str, bool]] | None:
+    """The section title starting at ``rows[i]`` (lines without trailing whitespace): the lines it spans, its
+    text and its adornment style (character, whether overlined); or None."""
+    first, second, third = (rows[k] if k < len(rows) else "" for k in (i, i + 1, i + 2))
+    if _RST_ADORNMENT.match(first):
+        title = second.strip()
+        fits = title and not _RST_ADORNMENT.match(second) and len(first) >= len(title)
+        return (3, title, (first[0], True)) if fits and third == first else None
+    if first and not first[0].isspace() and _RST_ADORNMENT.match(second) and len(second) >= len(first):
+        return 2, first.strip(), (second[0], False)
+    return None
+
+
+def _parse_html(text: str) -> list[Block]:
+    """HTML: blocks start at blank lines and at lines that open a block-level tag; ``<pre>``, ``<script>``,
+    ``<style>``, ``<textarea>`` and comments are kept whole. Headings are ``<h1>``..``<h6>``."""
+    raw = [m.span() for m in _HTML_RAW.finditer(text)]
+    raw_starts = [s for s, _ in raw]
+    opens = {m.start() for m in _HTML_BLOCK_LINE.finditer(text)}
+    spans: list[tuple[int, int]] = []
+    for start, end in line_spans(text, 0, len(text)):
+        if spans and _inside(raw, raw_starts, start):
+            spans[-1] = (spans[-1][0], end)
+        elif _blank(text, start, end):
+            continue
+        elif spans and start not in opens and spans[-1][1] == start - 1:
+            spans[-1] = (spans[-1][0], end)
+        else:
+            spans.append((start, end))
+    headings: dict[int, list[Heading]] = {}
+    starts = [s for s, _ in spans]
+    for m in _HTML_HEADING.finditer(text):
+        if not _inside(raw, raw_starts, m.start()):
+            headings.setdefault(bisect_right(starts, m.start()) - 1, []).append((int(m.group(1)), html_text(m[2])))
+    return [Block(s, e, tuple(headings.get(i, ()))) for i, (s, e) in enumerate(spans)]
+
+
+def _inside(raw: list[tuple[int, int]], raw_starts: list[int], pos: int) -> bool:
+    """Whether ``pos`` lies after the start of one of the ``raw`` ranges and before its end."""
+    i = bisect_right(raw_starts, pos) - 1
+    return i >= 0 and raw[i][0] < pos < raw[i][1]
+
+
+def html_title(text: str) -> str | None:
+    """The text of an HTML document's ``<title>``, if it has one."""
+    tag = _HTML_TITLE.search(text)
+    return html_text(tag.group(1)) if tag else None
+
+
+def html_text(fragment: str) -> str:
+    """The text of an HTML fragment: tags dropped, entities decoded, whitespace collapsed."""
+    return " ".join(html.unescape(_HTML_TAG.sub("", fragment)).split())
+
+
+PARSERS: dict[str, Callable[[str], list[Block]]] = {
+    "markdown": _parse_markdown,
+    "rst": _parse_rst,
+    "html": _parse_html,
+    "text": _parse_text,
+}
