@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from celery import Celery, signals
-from kombu import Queue as KombuQueue
+from kombu.entity import Queue as KombuQueue
 
-from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.config.settings import Settings, TaskLimits
 from shardfuse.workers.broker.serialization import JSON_ONLY
 from shardfuse.workers.broker.transport import TRANSPORT
 from shardfuse.workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue
@@ -32,12 +32,26 @@ def broker_transport(url: str) -> str | None:
     return TRANSPORT if url.split("://", 1)[0] == "redis" else None
 
 
-@signals.before_task_publish.connect(weak=False)
+# celery ships no type information, so its decorators are untyped to mypy --strict.
+@signals.before_task_publish.connect(weak=False)  # type: ignore[untyped-decorator]
 def stamp_published(headers: dict[str, Any] | None = None, **_: Any) -> None:
     """Every message shardfuse publishes (events, documents, retries) says when: ``shardfuse status`` shows
     how long the oldest message of each queue has waited."""
     if headers is not None:
         headers[PUBLISHED_HEADER] = time.time()
+
+
+def task_limits(settings: Settings) -> dict[str, dict[str, int]]:
+    """Celery's ``task_annotations``: each task's soft and hard time limits, those of its queue in
+    ``settings.workers``. Celery applies them when a task binds to the app, so every app's tasks (the
+    workers' and any other built from other settings) take the limits of the settings that app was built
+    with, not of whichever settings were loaded when the task modules were imported."""
+    workers = settings.workers
+    by_queue: dict[Queue, TaskLimits] = {Queue.INGEST: workers.ingest_limits, Queue.EMBED: workers.embed_limits,
+                                         Queue.MAINTENANCE: workers.maintenance_limits,
+                                         Queue.QUERY: workers.query_limits}
+    return {task.value: {"soft_time_limit": by_queue[queue].soft_s, "time_limit": by_queue[queue].hard_s}
+            for task, queue in TASK_QUEUES.items()}
 
 
 def create_app(settings: Settings) -> Celery:
@@ -50,10 +64,11 @@ def create_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         # Long tasks: take one message at a time so a busy process does not hoard the queue.
         worker_prefetch_multiplier=1,
-        task_queues=[KombuQueue(q.value, routing_key=q.value) for q in Queue],
+        task_queues=[KombuQueue(q.value, routing_key=q.value) for q in Queue],  # type: ignore[no-untyped-call]
         task_default_queue=Queue.INGEST.value,
         task_routes={task.value: {"queue": queue.value, "routing_key": queue.value}
                      for task, queue in TASK_QUEUES.items()},
+        task_annotations=task_limits(settings),
         broker_transport=broker_transport(settings.broker.url),
         # One list per queue (no priority steps): our transport receives a queue with BLMOVE, atomically.
         broker_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s,
@@ -66,7 +81,7 @@ def create_app(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
         include=list(TASK_MODULES),
     )
-    app.shardfuse_settings = settings  # type: ignore[attr-defined]
-    app.shardfuse_runtime = RuntimeHolder(settings)  # type: ignore[attr-defined]
+    app.shardfuse_settings = settings
+    app.shardfuse_runtime = RuntimeHolder(settings)
     return app
 
