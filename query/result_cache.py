@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any, Protocol
 
 from shardfuse.pipeline.config.settings import QuerySettings
@@ -39,7 +38,7 @@ def cache_key(
     answered under the settings of ``settings_fingerprint`` with the embedding model ``model`` (a zone
     switched to another model never gets the old model's answers)."""
     payload = {
-        "request": {**asdict(request), "where": asdict(request.where)},
+        "request": request.model_dump(mode="json", exclude={"cache"}),
         "shards": [list(state) for state in shard_state],
         "settings": settings_fingerprint,
         "model": model,

@@ -2,19 +2,19 @@
 
 The stages, each a pure function elsewhere in ``query/`` except the fan-out:
 
-1. :func:`shardfuse.query.router.route` picks the over-fetch multiplier and the legs' weights from the query text;
+1. :func:`shardfuse.query.router.route` picks the over-fetch multiplier and the legs' weights from the query
+   text;
 2. the query is embedded and the vector leg's searches are sent to every shard (PostgreSQL works on them
    while this process runs the keyword leg);
 3. every shard reports its share of the zone's term statistics, summed so BM25 IDFs are zone-wide
-   (:mod:`shardfuse.pipeline.index.lexical.stats`), then the keyword leg searches every shard; both legs are merged
-   across
-   shards by score;
-4. optionally (off by default), :class:`shardfuse.query.expansion.expander.QueryExpander` adds keyword and vector legs
-for
-   LLM-written variants of the query, unless the keyword leg's top hit is already decisive;
+   (:mod:`shardfuse.pipeline.index.lexical.stats`), then the keyword leg searches every shard; both legs are
+   merged across shards by score (:mod:`shardfuse.query.fan_out`);
+4. optionally (off by default), :class:`shardfuse.query.expansion.expander.QueryExpander` adds keyword and vector
+   legs for LLM-written variants of the query, unless the keyword leg's top hit is already decisive;
 5. :func:`shardfuse.query.fusion.fuse` fuses the legs; the fused hits are hydrated from their shards;
-6. :func:`shardfuse.query.boosts.rerank` applies field, exactness and symbol boosts, then :func:`diversify` caps
-   chunks per file and only the top ``full_text_top_n`` results carry their full text.
+6. :func:`shardfuse.query.boosts.rerank` applies field, exactness and symbol boosts, then
+   :mod:`shardfuse.query.answer` caps chunks per file and only the top ``full_text_top_n`` results carry their
+   full text.
 """
 
 from __future__ import annotations
@@ -22,26 +22,26 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from shardfuse.pipeline.config.settings import DEFAULT_MODEL, QuerySettings
 from shardfuse.pipeline.core.errors import InvalidQueryError
 from shardfuse.pipeline.embed.providers import Embedder
-from shardfuse.pipeline.index.lexical.stats import combine
 from shardfuse.pipeline.index.store import ChunkRecord
-from shardfuse.query.boosts import NO_BOOST, Boost, Candidate, prepare_query, rerank
+from shardfuse.query import answer
+from shardfuse.query.boosts import NO_BOOST, Candidate, prepare_query, rerank
 from shardfuse.query.expansion.expander import Expansion, QueryExpander
+from shardfuse.query.fan_out import Leg, PendingLeg, ShardFanOut, elapsed_ms, located, merge
 from shardfuse.query.fusion import KEYWORD, VECTOR, FusedHit, fuse
-from shardfuse.query.ranking import diversify, snippet
+from shardfuse.query.ranking import diversify
 from shardfuse.query.request import SearchRequest
 from shardfuse.query.result_cache import ResultCache, cache_key, settings_fingerprint
 from shardfuse.query.router import NEUTRAL, Route, route
-from shardfuse.query.shard_legs import LegHit, ShardSearcher
+from shardfuse.query.shard_legs import ShardSearcher
 
 # An expansion leg counts this much of the leg it extends, shared among that kind's expansion legs: the
 # original query stays the strongest evidence.
@@ -65,12 +65,6 @@ class _Model:
     cached: Embedder
 
 
-@dataclass(frozen=True, slots=True)
-class _Leg:
-    hits: list[tuple[int, LegHit]]  # (shard, hit), best first after merging
-    ms: float
-
-
 class SearchService:
     """Stateless query logic over a set of shards: any instance can answer any query."""
 
@@ -86,54 +80,46 @@ class SearchService:
         expander: QueryExpander | None = None,
         models: QueryModels | None = None,
     ) -> None:
-        self._shards = list(shards)
+        # Lives as long as the service (one per worker process), with its threads.
+        self._fan_out = ShardFanOut(shards)
         # Zones reindexed to another embedding model; None: every zone uses ``embedder``.
         self._models = models
         self._embedder = embedder
-        # The same model behind a query-embedding cache; ``use_cache=False`` searches go around it so their
+        # The same model behind a query-embedding cache; ``cache=False`` requests go around it so their
         # timings include the model, as a first-time query's would.
         self._cached_embedder = cached_embedder or embedder
         self._settings = settings
         self._settings_fingerprint = settings_fingerprint(settings)
-        self._max_per_file = settings.max_chunks_per_file or None
         self._cache = cache
         # Per shard, a counter every committed write bumps: part of the cache key.
         self._write_versions = write_versions
         self._expander = expander
-        # Shard-level work (one vector search or fetch on one shard; never waits on another future) runs on
-        # ``_pool``. An expansion's extra keyword legs run on ``_phases``, beside its extra vector legs.
-        # Both live as long as the service (one per worker process).
-        self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self._shards)), thread_name_prefix="shard")
-        # Sized for several concurrent requests (the query pool runs threads).
-        self._phases = ThreadPoolExecutor(max_workers=8, thread_name_prefix="leg")
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._phases.shutdown(wait=False, cancel_futures=True)
+        self._fan_out.close()
         if self._expander is not None:
             self._expander.close()
 
-    def search(self, request: SearchRequest, *, use_cache: bool = True) -> dict[str, Any]:
-        """Answer ``request``, from the result cache when the shards have not changed since."""
+    def search(self, request: SearchRequest) -> dict[str, Any]:
+        """Answer ``request``, from the result cache when the shards have not changed since (unless the
+        request says ``cache=False``: then around both caches)."""
         model = self._model(request)
-        if not use_cache:
+        if not request.cache:
             return self._search(request, model, embedder=model.direct)
         if self._cache is None or self._write_versions is None:
             return self._search(request, model, embedder=model.cached)
         started = time.perf_counter()
-        versions = self._write_versions()
-        generations = [shard.current_generation() for shard in self._shards]
-        key = cache_key(request, shard_state=list(zip(versions, generations, strict=True)),
-                        settings_fingerprint=self._settings_fingerprint, model=model.name)
+        state = list(zip(self._write_versions(), self._fan_out.current_generations(), strict=True))
+        key = cache_key(request, shard_state=state, settings_fingerprint=self._settings_fingerprint, model=model.name)
         cached = self._cache.get(key)
         if cached is not None:
             cached["cache"] = "hit"
-            cached["timings_ms"] = {"total": round(_ms(started), 3), "computed": cached["timings_ms"]}
+            cached["timings_ms"] = {"total": round(elapsed_ms(started), 3), "computed": cached["timings_ms"]}
             return cached
-        answer = self._search(request, model, embedder=model.cached)
-        self._cache.put(key, answer)
-        answer["cache"] = "miss"
-        return answer
+        found = self._search(request, model, embedder=model.cached)
+        self._cache.put(key, found)
+        found["cache"] = "miss"
+        return found
 
     def _model(self, request: SearchRequest) -> _Model:
         """The request's model if it names one (to compare a reindex's model before switching), else the
@@ -152,35 +138,8 @@ class SearchService:
         timings: dict[str, float] = {}
         plan = route(request.query) if _on(request.route, settings.router.enabled) else NEUTRAL
         limit = max(math.ceil(request.k * settings.over_fetch * plan.limit_multiplier), settings.min_leg_depth)
-
-        # The vector leg is the long one (an HNSW search per shard, in PostgreSQL): its searches are sent
-        # first, and the keyword leg (numpy in this process) runs while the server works on them.
-        vector: list[tuple[int, Future[tuple[list[LegHit], float]]]] | None = None
-        if request.mode.uses_vector:
-            t = time.perf_counter()
-            embedding = embedder.embed_query(request.query)
-            timings["embed"] = _ms(t)
-            vector = self._submit_vector(embedding, request, limit, model.name)
-        keyword = self._keyword_leg(request.query, request, limit) if request.mode.uses_keyword else None
-        legs: dict[str, _Leg] = {}
-        if vector is not None:
-            legs[VECTOR] = _merge(vector, limit)
-        if keyword is not None:
-            legs[KEYWORD] = keyword
-        for name, leg in legs.items():
-            timings[name] = leg.ms
-
-        expansion_info: dict[str, Any] | None = None
-        if self._expander is not None and _on(request.expand, settings.expansion.enabled):
-            keyword_scores = [h.score for _, h in legs[KEYWORD].hits[:2]] if KEYWORD in legs else None
-            outcome = self._expander.expand(request.query, keyword_scores=keyword_scores)
-            timings["expand"] = outcome.ms
-            expansion_info = {"source": outcome.source, "reason": outcome.reason}
-            if outcome.expansion is not None:
-                t = time.perf_counter()
-                legs.update(self._expansion_legs(outcome.expansion, request, limit, model))
-                timings["expansion_legs"] = _ms(t)
-                expansion_info["legs"] = sorted(name for name in legs if "+" in name)
+        legs = self._legs(request, limit, model.name, embedder=embedder, timings=timings)
+        expansion = self._expand(request, limit, model, legs=legs, timings=timings)
 
         t = time.perf_counter()
         fused = fuse(
@@ -190,122 +149,87 @@ class SearchService:
             rrf_k=request.rrf_k or settings.rrf_k,
             weights=_leg_weights(legs, plan),
         )
-        timings["fuse"] = _ms(t)
-
+        timings["fuse"] = elapsed_ms(t)
         t = time.perf_counter()
-        located: dict[str, int] = {}
-        for leg in legs.values():
-            for shard, h in leg.hits:
-                located.setdefault(h.chunk_id, shard)
-        present = self._hydrate_enough(fused, located, request)
-        timings["hydrate"] = _ms(t)
-
+        shards = located(list(legs.values()))
+        present = self._hydrate_enough(fused, shards, request)
+        timings["hydrate"] = elapsed_ms(t)
         t = time.perf_counter()
         ranked = self._boost(request, present)
-        timings["boost"] = _ms(t)
+        timings["boost"] = elapsed_ms(t)
 
         leg_scores = {name: {h.chunk_id: h.score for _, h in legs[name].hits} for name in (KEYWORD, VECTOR)
                       if name in legs}
-        results: list[dict[str, Any]] = []
-        for (hit, record), score, boost in diversify(ranked, key=lambda r: r[0][1].path,
-                                                    max_per_key=self._max_per_file):
-            full = len(results) < settings.full_text_top_n
-            results.append(
-                {
-                    "rank": len(results) + 1,
-                    "chunk_id": record.chunk_id,
-                    "zone": record.zone,
-                    "path": record.path,
-                    "start_line": record.start_line,
-                    "end_line": record.end_line,
-                    "language": record.language,
-                    "heading_path": list(record.heading_path),
-                    "symbols": list(record.symbols),
-                    "primary_symbol": record.primary_symbol,
-                    "role": record.role,
-                    "text": record.text if full else snippet(record.text, max_chars=settings.snippet_chars),
-                    "truncated": not full and len(record.text) > settings.snippet_chars,
-                    "score": score,
-                    "fused_score": hit.score,
-                    "boost": boost.factor,
-                    "boost_reasons": list(boost.reasons),
-                    "keyword_score": leg_scores.get(KEYWORD, {}).get(hit.chunk_id),
-                    "vector_score": leg_scores.get(VECTOR, {}).get(hit.chunk_id),
-                    "keyword_rank": hit.ranks.get(KEYWORD),
-                    "vector_rank": hit.ranks.get(VECTOR),
-                    "shard": located[hit.chunk_id],
-                }
-            )
-            if len(results) == request.k:
-                break
-        timings["total"] = _ms(started)
-        answer: dict[str, Any] = {
-            "query": request.query,
-            "zone": request.zone,
-            "mode": request.mode.value,
-            "fusion": request.fusion.value,
-            "k": request.k,
-            "model": model.name,
-            "results": results,
-            "route": {
-                "complexity": round(plan.complexity, 3),
-                "limit_multiplier": round(plan.limit_multiplier, 3),
-                "keyword_weight": round(plan.keyword_weight, 3),
-                "vector_weight": round(plan.vector_weight, 3),
-            },
-            "timings_ms": {name: round(value, 3) for name, value in timings.items()},
-            "shards": {
-                "queried": len(self._shards),
-                "bm25_generations": {str(s.shard): s.generation() for s in self._shards},
-            },
-        }
-        if expansion_info is not None:
-            answer["expansion"] = expansion_info
-        return answer
+        results = answer.results(ranked, k=request.k, leg_scores=leg_scores, located=shards, settings=settings)
+        timings["total"] = elapsed_ms(started)
+        found = answer.answer(request, model=model.name, results=results, plan=plan, timings=timings,
+                              generations=self._fan_out.generations())
+        if expansion is not None:
+            found["expansion"] = expansion
+        return found
 
-    def _keyword_leg(self, query: str, request: SearchRequest, limit: int) -> _Leg:
-        """Every shard's share of the zone's statistics, summed; then every shard's search with them, merged.
+    def _legs(
+        self, request: SearchRequest, limit: int, model: str, *, embedder: Embedder, timings: dict[str, float]
+    ) -> dict[str, Leg]:
+        """The request's keyword and vector legs, each merged across shards."""
+        # The vector leg is the long one (an HNSW search per shard, in PostgreSQL): its searches are sent
+        # first, and the keyword leg (numpy in this process) runs while the server works on them.
+        vector: PendingLeg | None = None
+        if request.mode.uses_vector:
+            t = time.perf_counter()
+            embedding = embedder.embed_query(request.query)
+            timings["embed"] = elapsed_ms(t)
+            vector = self._fan_out.submit_vector(embedding, zone=request.zone, where=request.where, limit=limit,
+                                                 model=model)
+        keyword = (self._fan_out.keyword(request.query, zone=request.zone, where=request.where, limit=limit)
+                   if request.mode.uses_keyword else None)
+        legs: dict[str, Leg] = {}
+        if vector is not None:
+            legs[VECTOR] = merge(vector, limit)
+        if keyword is not None:
+            legs[KEYWORD] = keyword
+        timings.update((name, leg.ms) for name, leg in legs.items())
+        return legs
 
-        Runs in one thread, shard after shard: each step is a few hundred microseconds of numpy holding the
-        GIL, and spreading them over the shard threads measured no faster (100,000 chunks, 4 shards, 2
-        cores), only more hand-offs. ``ms`` covers the whole leg.
-        """
-        t = time.perf_counter()
-        stats = combine(shard.keyword_stats(query, zone=request.zone) for shard in self._shards)
-        merged: list[tuple[int, LegHit]] = []
-        for shard in self._shards:
-            hits = shard.keyword(query, zone=request.zone, limit=limit, where=request.where or None, stats=stats)
-            merged.extend((shard.shard, hit) for hit in hits)
-        return _Leg(hits=_best(merged, limit), ms=_ms(t))
-
-    def _submit_vector(
-        self, embedding: npt.NDArray[np.float32], request: SearchRequest, limit: int, model: str
-    ) -> list[tuple[int, Future[tuple[list[LegHit], float]]]]:
-        return [(shard.shard, self._pool.submit(_timed, shard.vector, embedding, request, limit, model=model))
-                for shard in self._shards]
+    def _expand(
+        self, request: SearchRequest, limit: int, model: _Model, *, legs: dict[str, Leg], timings: dict[str, float]
+    ) -> dict[str, Any] | None:
+        """Add expansion legs to ``legs`` when expansion is on; what it did, for the answer."""
+        if self._expander is None or not _on(request.expand, self._settings.expansion.enabled):
+            return None
+        keyword_scores = [h.score for _, h in legs[KEYWORD].hits[:2]] if KEYWORD in legs else None
+        outcome = self._expander.expand(request.query, keyword_scores=keyword_scores)
+        timings["expand"] = outcome.ms
+        info: dict[str, Any] = {"source": outcome.source, "reason": outcome.reason}
+        if outcome.expansion is not None:
+            t = time.perf_counter()
+            legs.update(self._expansion_legs(outcome.expansion, request, limit, model))
+            timings["expansion_legs"] = elapsed_ms(t)
+            info["legs"] = sorted(name for name in legs if "+" in name)
+        return info
 
     def _expansion_legs(self, expansion: Expansion, request: SearchRequest, limit: int,
-                        model: _Model) -> dict[str, _Leg]:
+                        model: _Model) -> dict[str, Leg]:
         """One extra keyword leg per lexical variant and one extra vector leg per question or passage."""
-        keyword = {
-            f"{KEYWORD}+{i}": self._phases.submit(self._keyword_leg, variant, request, limit)
+        where = request.where
+        keyword: dict[str, Future[Leg]] = {
+            f"{KEYWORD}+{i}": self._fan_out.keyword_later(variant, zone=request.zone, where=where, limit=limit)
             for i, variant in enumerate(expansion.lexical if request.mode.uses_keyword else (), start=1)
         }
-        pending: dict[str, list[tuple[int, Future[tuple[list[LegHit], float]]]]] = {}
+        pending: dict[str, PendingLeg] = {}
         if request.mode.uses_vector:
             # Questions are embedded as queries; the hypothetical passage as the documents it imitates.
             embeddings = [model.direct.embed_query(question) for question in expansion.questions]
             if expansion.passage:
                 embeddings.append(model.direct.embed_documents([expansion.passage])[0])
             for i, embedding in enumerate(embeddings, start=1):
-                pending[f"{VECTOR}+{i}"] = self._submit_vector(np.asarray(embedding, dtype=np.float32), request,
-                                                               limit, model.name)
-        legs = {name: _merge(futures, limit) for name, futures in pending.items()}
+                pending[f"{VECTOR}+{i}"] = self._fan_out.submit_vector(
+                    np.asarray(embedding, dtype=np.float32), zone=request.zone, where=where, limit=limit,
+                    model=model.name)
+        legs = {name: merge(futures, limit) for name, futures in pending.items()}
         return {**{name: future.result() for name, future in keyword.items()}, **legs}
 
-    def _boost(
-        self, request: SearchRequest, present: list[tuple[FusedHit, ChunkRecord]]
-    ) -> list[tuple[tuple[FusedHit, ChunkRecord], float, Boost]]:
+    def _boost(self, request: SearchRequest, present: list[tuple[FusedHit, ChunkRecord]]) -> list[answer.Ranked]:
         boosts = self._settings.boosts
         if not _on(request.boost, boosts.enabled):
             return [(pair, pair[0].score, NO_BOOST) for pair in present]
@@ -318,7 +242,7 @@ class SearchService:
         )
 
     def _hydrate_enough(
-        self, fused: list[FusedHit], located: dict[str, int], request: SearchRequest
+        self, fused: list[FusedHit], shards: dict[str, int], request: SearchRequest
     ) -> list[tuple[FusedHit, ChunkRecord]]:
         """The best fused candidates with their chunks, in rounds of ``max(1.5·k, rerank_depth)``.
 
@@ -327,41 +251,23 @@ class SearchService:
         only when that, or the per-file cap, leaves fewer than ``k``.
         """
         window = max(request.k + request.k // 2, self._settings.rerank_depth)
+        max_per_file = self._settings.max_chunks_per_file or None
         present: list[tuple[FusedHit, ChunkRecord]] = []
         for start in range(0, len(fused), window):
             batch = fused[start : start + window]
-            records = self._hydrate([hit.chunk_id for hit in batch], located, request.zone)
+            records = self._fan_out.hydrate([hit.chunk_id for hit in batch], shards, zone=request.zone)
             present.extend((hit, records[hit.chunk_id]) for hit in batch if hit.chunk_id in records)
-            distinct = diversify(present, key=lambda pair: pair[1].path, max_per_key=self._max_per_file)
+            distinct = diversify(present, key=lambda pair: pair[1].path, max_per_key=max_per_file)
             if sum(1 for _ in distinct) >= request.k:
                 break
         return present
-
-    def _hydrate(self, chunk_ids: list[str], located: dict[str, int], zone: str) -> dict[str, ChunkRecord]:
-        by_shard: dict[int, list[str]] = {}
-        for chunk_id in chunk_ids:
-            by_shard.setdefault(located[chunk_id], []).append(chunk_id)
-        searchers = {s.shard: s for s in self._shards}
-        futures = [self._pool.submit(searchers[shard].fetch, ids, zone=zone) for shard, ids in by_shard.items()]
-        records: dict[str, ChunkRecord] = {}
-        for future in futures:
-            records.update(future.result())
-        return records
-
-
-def _timed(
-    leg: Any, what: Any, request: SearchRequest, limit: int, **extra: Any
-) -> tuple[list[LegHit], float]:
-    t = time.perf_counter()
-    hits = leg(what, zone=request.zone, limit=limit, where=request.where or None, **extra)
-    return hits, _ms(t)
 
 
 def _on(requested: bool | None, default: bool) -> bool:
     return default if requested is None else requested
 
 
-def _leg_weights(legs: dict[str, _Leg], plan: Route) -> dict[str, float]:
+def _leg_weights(legs: dict[str, Leg], plan: Route) -> dict[str, float]:
     """The router's lean per kind of leg; expansion legs share ``EXPANSION_SHARE`` of their kind's weight."""
     lean = {KEYWORD: plan.keyword_weight, VECTOR: plan.vector_weight}
     extra = {kind: sum(1 for name in legs if name.startswith(kind + "+")) for kind in lean}
@@ -375,26 +281,3 @@ def _leg_weights(legs: dict[str, _Leg], plan: Route) -> dict[str, float]:
 def _candidate(record: ChunkRecord) -> Candidate:
     return Candidate(path=record.path, text=record.text, metadata=record.metadata, symbols=record.symbols,
                      primary_symbol=record.primary_symbol, role=record.role)
-
-
-def _merge(futures: list[tuple[int, Future[tuple[list[LegHit], float]]]], limit: int) -> _Leg:
-    """One leg across shards: every shard's hits by score, best first, cut to ``limit``.
-
-    BM25 scores compare across shards because every shard scored with the zone-wide IDFs.
-    """
-    merged: list[tuple[int, LegHit]] = []
-    slowest = 0.0
-    for shard, future in futures:
-        hits, ms = future.result()
-        slowest = max(slowest, ms)
-        merged.extend((shard, hit) for hit in hits)
-    return _Leg(hits=_best(merged, limit), ms=slowest)
-
-
-def _best(merged: list[tuple[int, LegHit]], limit: int) -> list[tuple[int, LegHit]]:
-    merged.sort(key=lambda item: (-item[1].score, item[1].chunk_id))
-    return merged[:limit]
-
-
-def _ms(since: float) -> float:
-    return (time.perf_counter() - since) * 1000

@@ -29,9 +29,14 @@ class SearchClient:
         self._app.conf.task_send_sent_event = False
         self._timeout = settings.query.rpc_timeout_s
 
-    def search(self, **kwargs: Any) -> dict[str, Any]:
+    def search(self, query: str, zone: str, **options: Any) -> dict[str, Any]:
+        """Search ``zone`` for ``query``; ``options`` are any other :class:`~shardfuse.query.request.SearchRequest`
+        fields (``k``, ``mode``, ``fusion``, ``filters``, ...). What the caller leaves out (or passes as None,
+        for ``fusion`` and ``alpha``) the query worker's settings decide. A refused request raises the worker's
+        :class:`InvalidQueryError`."""
+        arguments = {"query": query, "zone": zone, **options}
         # expires: a query nobody waits for any more is dropped instead of answered late.
-        result = self._app.send_task(Task.SEARCH.value, kwargs=kwargs, expires=self._timeout)
+        result = self._app.send_task(Task.SEARCH.value, kwargs=arguments, expires=self._timeout)
         try:
             answer: dict[str, Any] = result.get(timeout=self._timeout)
         except CeleryTimeout as exc:
@@ -43,11 +48,9 @@ class SearchClient:
         return answer
 
 
-def remote_search(settings: Settings, **kwargs: Any) -> dict[str, Any]:
+def remote_search(settings: Settings, query: str, zone: str, **options: Any) -> dict[str, Any]:
     """One search through the RPC task (for a single call; reuse a :class:`SearchClient` for many)."""
-    return SearchClient(settings).search(**kwargs)
-
-
+    return SearchClient(settings).search(query, zone, **options)
 
 
 @contextmanager

@@ -30,15 +30,14 @@ from pydantic import (
 )
 
 from shardfuse.pipeline.core.errors import InvalidEventError
+from shardfuse.pipeline.core.text_checks import bad_character, quoted
+from shardfuse.pipeline.core.zones import Zone
 
 HASH_PATTERN = r"^sha256:[0-9a-f]{64}$"
-_ZONE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 # PostgreSQL's bigint, where seq and size are stored.
 MAX_BIGINT = 2**63 - 1
 # Nesting deeper than this in metadata is refused (a filterable tag set, not a document store).
 MAX_METADATA_DEPTH = 32
-# How much of a bad value an error message quotes.
-_QUOTE_CHARS = 80
 
 Count = Annotated[int, Strict(), Field(ge=0, le=MAX_BIGINT)]
 
@@ -46,24 +45,6 @@ Count = Annotated[int, Strict(), Field(ge=0, le=MAX_BIGINT)]
 class Op(enum.StrEnum):
     WRITE = "write"
     DELETE = "delete"
-
-
-def quoted(value: object, limit: int = _QUOTE_CHARS) -> str:
-    """``repr(value)``, cut to ``limit`` characters, so that a 10 MB bad value makes a short message."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
-
-
-def bad_character(text: str) -> str | None:
-    """What in ``text`` PostgreSQL's ``text`` cannot hold (a NUL, a lone surrogate), or None."""
-    nul = text.find("\x00")
-    if nul != -1:
-        return f"a NUL character at index {nul}"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"a lone surrogate U+{ord(text[exc.start]):04X} at index {exc.start}, which is not valid Unicode"
-    return None
 
 
 class WriteEvent(BaseModel):
@@ -78,7 +59,7 @@ class WriteEvent(BaseModel):
 
     event_id: str = Field(default_factory=lambda: uuid.uuid4().hex, min_length=1, max_length=200)
     op: Op
-    zone: str
+    zone: Zone
     path: str = Field(min_length=1, max_length=4096)
     content_hash: str | None = None
     size: Count = 0
@@ -91,14 +72,6 @@ class WriteEvent(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise InvalidEventError(describe(exc)) from exc
-
-    @field_validator("zone")
-    @classmethod
-    def _check_zone(cls, zone: str) -> str:
-        if not re.fullmatch(_ZONE_PATTERN, zone):
-            raise ValueError(f"{quoted(zone)} is not a zone name: 1 to 128 letters, digits, '_', '.' or '-', "
-                             "starting with a letter or digit")
-        return zone
 
     @field_validator("content_hash")
     @classmethod
@@ -143,27 +116,35 @@ def _check_json(value: object, where: str, *, depth: int) -> None:
     if depth > MAX_METADATA_DEPTH:
         raise ValueError(f"{where} nests deeper than {MAX_METADATA_DEPTH} levels")
     if isinstance(value, str):
-        problem = bad_character(value)
-        if problem:
-            raise ValueError(f"{where} contains {problem}")
+        _check_text(value, where)
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{where} is {value}, which JSON cannot hold; use a finite number or a string")
     elif isinstance(value, dict):
-        for key, item in value.items():
-            label = f"{where}: key {quoted(key)}" if where else f"key {quoted(key)}"
-            if not isinstance(key, str):
-                raise ValueError(f"{label} is not a string")
-            problem = bad_character(key)
-            if problem:
-                raise ValueError(f"{label} contains {problem}")
-            _check_json(item, f"{where}.{key}" if where else key, depth=depth + 1)
+        _check_json_object(value, where, depth=depth)
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_json(item, f"{where}[{index}]", depth=depth + 1)
     elif value is not None and not isinstance(value, bool | int):
         raise ValueError(f"{where} is a {type(value).__name__}; metadata holds only JSON values (strings, "
                          "numbers, booleans, null, lists and objects)")
+
+
+def _check_json_object(value: dict[Any, Any], where: str, *, depth: int) -> None:
+    """:func:`_check_json` of an object: its keys are strings a ``jsonb`` column takes, its values JSON."""
+    for key, item in value.items():
+        label = f"{where}: key {quoted(key)}" if where else f"key {quoted(key)}"
+        if not isinstance(key, str):
+            raise ValueError(f"{label} is not a string")
+        _check_text(key, label)
+        _check_json(item, f"{where}.{key}" if where else key, depth=depth + 1)
+
+
+def _check_text(text: str, label: str) -> None:
+    """``ValueError`` naming ``label`` if ``text`` holds a character PostgreSQL's text refuses."""
+    problem = bad_character(text)
+    if problem:
+        raise ValueError(f"{label} contains {problem}")
 
 
 def describe(exc: ValidationError) -> str:

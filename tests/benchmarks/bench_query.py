@@ -41,7 +41,7 @@ import numpy as np
 import psutil
 import pytest
 
-from shardfuse.query.request import SearchRequest
+from shardfuse.query.request import parse_request
 from shardfuse.workers.client import SearchClient
 from shardfuse.workers.runtime import WorkerRuntime
 from tests.benchmarks import direct_load, scale
@@ -80,12 +80,10 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
         runtime = WorkerRuntime(settings)
         try:
             service = runtime.searcher
-            default_fusion, default_alpha = settings.query.fusion_defaults(ZONE)
 
             def in_process(query: str) -> dict[str, Any]:
-                request = SearchRequest.parse(query=query, zone=ZONE, k=10, mode="hybrid", fusion=default_fusion,
-                                              alpha=default_alpha, max_k=settings.query.max_k)
-                return service.search(request, use_cache=False)
+                arguments = {"query": query, "zone": ZONE, "k": 10, "mode": "hybrid", "cache": False}
+                return service.search(parse_request(arguments, settings=settings.query))
 
             client = SearchClient(settings)
 
@@ -159,12 +157,10 @@ def _timed_with_ef(settings: Any, ef_search: int, queries: Sequence[str]) -> lis
     runtime = WorkerRuntime(changed)
     try:
         service = runtime.searcher
-        fusion, alpha = changed.query.fusion_defaults(ZONE)
 
         def search(query: str) -> dict[str, Any]:
-            request = SearchRequest.parse(query=query, zone=ZONE, k=10, mode="hybrid", fusion=fusion, alpha=alpha,
-                                          max_k=changed.query.max_k)
-            return service.search(request, use_cache=False)
+            arguments = {"query": query, "zone": ZONE, "k": 10, "mode": "hybrid", "cache": False}
+            return service.search(parse_request(arguments, settings=changed.query))
 
         for query in queries[:WARM_QUERIES]:
             search(query)

@@ -21,7 +21,7 @@ from shardfuse.query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at
 from shardfuse.query.fusion import Fusion
 from shardfuse.query.request import Mode
 from shardfuse.workers import monitor
-from shardfuse.workers.cli.querying import add_stage_switches
+from shardfuse.workers.cli.querying import add_stage_switches, search_options
 from shardfuse.workers.client import SearchClient
 from shardfuse.workers.publishing import CeleryEventSink
 
@@ -67,8 +67,7 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     if args.tune:
         return _tune(data, query_ids, zone=zone, client=client, args=args, shards=settings.shards)
     # Scored and timed for real: the result cache would answer repeated runs without searching.
-    options = {"fusion": args.fusion, "alpha": args.alpha, "cache": False, "boost": args.boost, "route": args.route,
-               "expand": args.expand}
+    options = {**search_options(args), "cache": False}
     report = {}
     for mode in modes:
         report[mode.value] = _score(data, query_ids, mode=mode, zone=zone, client=client, options=options)
@@ -91,16 +90,16 @@ def _tune(data: BeirDataset, query_ids: list[str], *, zone: str, client: SearchC
           args: argparse.Namespace, shards: int) -> int:
     report: dict[str, dict[str, Any]] = {}
     for fusion, alpha in TUNE_CANDIDATES:
-        options = {"fusion": fusion, "alpha": alpha, "cache": False, "boost": args.boost, "route": args.route,
-                   "expand": args.expand}
+        options = {**search_options(args), "fusion": fusion, "alpha": alpha, "cache": False}
         label = fusion if fusion == "rrf" else f"{fusion}:{alpha:.1f}"
         report[label] = _score(data, query_ids, mode=Mode.HYBRID, zone=zone, client=client, options=options)
     best = max(report, key=lambda label: report[label]["ndcg@10"])
     print(_table(report, dataset=f"{data.name} ({args.split}), hybrid fusions", queries=len(query_ids),
                  shards=shards, first_column="fusion"))
-    fusion, _, alpha = best.partition(":")
+    best_fusion, _, best_alpha = best.partition(":")
     print(f"\nbest: {best} (nDCG@10 {report[best]['ndcg@10']}). For the config file:\n")
-    print(f'[query.zone_profiles."{zone}"]\nfusion = "{fusion}"' + (f"\nalpha = {alpha}" if alpha else ""))
+    profile = f'[query.zone_profiles."{zone}"]\nfusion = "{best_fusion}"'
+    print(profile + (f"\nalpha = {best_alpha}" if best_alpha else ""))
     if args.json:
         print(json.dumps({"best": best, "fusions": report}))
     return 0
@@ -141,7 +140,7 @@ def _score(
     ndcg, recall, mrr, latency, server = [], [], [], [], []
     for qid in tqdm(query_ids, desc=f"querying ({mode.value})", unit="query"):
         started = time.perf_counter()
-        answer = client.search(query=data.queries[qid], zone=zone, k=RETRIEVE_K, mode=mode.value, **options)
+        answer = client.search(data.queries[qid], zone, k=RETRIEVE_K, mode=mode.value, **options)
         latency.append((time.perf_counter() - started) * 1000)
         server.append(answer["timings_ms"]["total"])
         ranked = list(dict.fromkeys(hit["path"] for hit in answer["results"]))  # a document at its best chunk
@@ -169,7 +168,7 @@ def _time(
     latency, server = [], []
     for qid in tqdm(query_ids, desc=f"timing ({mode.value}, k={k})", unit="query"):
         started = time.perf_counter()
-        answer = client.search(query=data.queries[qid], zone=zone, k=k, mode=mode.value, **options)
+        answer = client.search(data.queries[qid], zone, k=k, mode=mode.value, **options)
         latency.append((time.perf_counter() - started) * 1000)
         server.append(answer["timings_ms"]["total"])
     return {

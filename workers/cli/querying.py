@@ -10,8 +10,11 @@ from typing import Any
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.query.fusion import Fusion
-from shardfuse.query.request import Mode
+from shardfuse.query.request import ARGUMENTS, Mode
 from shardfuse.workers.client import remote_search
+
+# The search task's arguments a command line sets as options (the query and the zone are its own).
+OPTIONS = tuple(name for name in ARGUMENTS if name not in {"query", "zone"})
 
 
 def register(sub: Any) -> None:
@@ -40,16 +43,19 @@ def add_stage_switches(parser: Any) -> None:
                             help=f"switch {what} on or off (default: as configured)")
 
 
+def search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The search task's options the command line set (dest named as the argument); what it left unset the
+    query worker's settings decide."""
+    return {name: value for name in OPTIONS if (value := getattr(args, name, None)) is not None}
+
+
 def run_search(args: argparse.Namespace, settings: Settings) -> int:
     filters = dict(item.split("=", 1) for item in args.filter if "=" in item)
     if len(filters) != len(args.filter):
         print("shardfuse search: --filter takes KEY=VALUE", file=sys.stderr)
         return 2
     try:
-        answer = remote_search(settings, query=args.query, zone=args.zone, k=args.k, mode=args.mode,
-                               fusion=args.fusion, alpha=args.alpha, path_prefix=args.path_prefix,
-                               filters=filters or None, boost=args.boost, route=args.route, expand=args.expand,
-                               model=args.model)
+        answer = remote_search(settings, args.query, args.zone, **search_options(args), filters=filters or None)
     except StoreUnavailableError:
         raise  # no worker answered: main() reports it
     except Exception as exc:  # the worker's exception, rebuilt by Celery: print it as the user's error

@@ -1,4 +1,8 @@
-"""Queue ``query``: the thin RPC task ``shardfuse.search``."""
+"""Queue ``query``: the thin RPC task ``shardfuse.search``.
+
+Its arguments are :class:`shardfuse.query.request.SearchRequest`'s fields; its time limits are the
+``workers.query_limits`` of the settings its app was built with (``task_annotations``, workers/app.py).
+"""
 
 from __future__ import annotations
 
@@ -10,16 +14,11 @@ from typing import Any
 from celery import Task as CeleryTask
 
 from shardfuse.pipeline.core.errors import InvalidQueryError
-from shardfuse.pipeline.core.events import quoted
 from shardfuse.pipeline.observability import metrics
-from shardfuse.query.request import Mode, SearchRequest
+from shardfuse.query.request import Mode, parse_request
 from shardfuse.workers.celery_app import app
 from shardfuse.workers.names import Task
 
-_settings = app.shardfuse_settings
-_limits = _settings.workers.query_limits
-_ARGUMENTS = ("query", "zone", "k", "mode", "fusion", "alpha", "rrf_k", "path_prefix", "filters", "cache", "boost",
-              "route", "expand", "model")
 _MODES = frozenset(m.value for m in Mode)
 
 
@@ -38,39 +37,15 @@ def _timed(mode: Any) -> Iterator[dict[str, str]]:
         metrics.observe(metrics.QUERY_DURATION, time.perf_counter() - started, **labels)
 
 
-@app.task(name=Task.SEARCH.value, bind=True, soft_time_limit=_limits.soft_s, time_limit=_limits.hard_s)
-def search(
-    self: CeleryTask,
-    query: Any = None,
-    zone: Any = None,
-    k: Any = 10,
-    mode: Any = "hybrid",
-    fusion: Any = None,
-    alpha: Any = None,
-    rrf_k: Any = None,
-    path_prefix: Any = None,
-    filters: Any = None,
-    cache: Any = True,
-    boost: Any = None,
-    route: Any = None,
-    expand: Any = None,
-    model: Any = None,
-    **unknown: Any,
-) -> dict[str, Any]:
-    """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception: a request
-    naming an argument the task does not take gets an :class:`InvalidQueryError` saying which, not a
-    ``TypeError`` from the worker's call."""
-    with _timed(mode) as timing:
-        if unknown:
-            raise InvalidQueryError(f"unknown search argument(s) {', '.join(sorted(map(quoted, unknown)))}; "
-                                    f"the task takes {', '.join(_ARGUMENTS)}")
-        default_fusion, default_alpha = _settings.query.fusion_defaults(zone)
-        request = SearchRequest.parse(query=query, zone=zone, k=k, mode=mode, fusion=fusion or default_fusion,
-                                      alpha=default_alpha if alpha is None else alpha,
-                                      rrf_k=rrf_k, path_prefix=path_prefix, filters=filters,
-                                      boost=boost, route=route, expand=expand, model=model,
-                                      max_k=_settings.query.max_k)
-        searcher = self.app.shardfuse_runtime.get().searcher
-        answer: dict[str, Any] = searcher.search(request, use_cache=bool(cache))
+# Celery's decorator is untyped; the task it makes is called by name through the broker, not from typed code.
+@app.task(name=Task.SEARCH.value, bind=True)  # type: ignore[untyped-decorator]
+def search(self: CeleryTask, **arguments: Any) -> dict[str, Any]:
+    """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception: a bad or
+    unknown argument is an :class:`InvalidQueryError` saying which (and, for an unknown one, the arguments
+    the task takes), never a ``TypeError`` from the worker's call."""
+    with _timed(arguments.get("mode", Mode.HYBRID.value)) as timing:
+        runtime = self.app.shardfuse_runtime.get()
+        request = parse_request(arguments, settings=runtime.settings.query)
+        answer: dict[str, Any] = runtime.searcher.search(request)
         timing["outcome"] = "cached" if answer.get("cache") == "hit" else "ok"
         return answer

@@ -23,7 +23,7 @@ from shardfuse.pipeline.embed.providers import HashingEmbedder
 from shardfuse.pipeline.index.lexical import LexicalShardReader, build_shard_index
 from shardfuse.pipeline.index.lexical.stats import TermStats
 from shardfuse.pipeline.index.store import ChunkFilter, ChunkRecord
-from shardfuse.query.request import MAX_QUERY_CHARS, SearchRequest
+from shardfuse.query.request import MAX_QUERY_CHARS, SearchRequest, parse_request
 from shardfuse.query.search import SearchService
 from shardfuse.query.shard_legs import LegHit
 
@@ -31,9 +31,8 @@ MAX_K = QuerySettings().max_k  # 1000
 
 
 def _parse(**overrides: object) -> SearchRequest:
-    args: dict[str, object] = {"query": "q", "zone": "z", "k": 10, "mode": "hybrid", "fusion": "rrf",
-                               "max_k": MAX_K, **overrides}
-    return SearchRequest.parse(**args)  # type: ignore[arg-type]
+    args: dict[str, object] = {"query": "q", "zone": "z", "k": 10, "mode": "hybrid", "fusion": "rrf", **overrides}
+    return parse_request(args, settings=QuerySettings())
 
 
 @pytest.mark.parametrize(
@@ -67,13 +66,14 @@ def _parse(**overrides: object) -> SearchRequest:
         ({"mode": None}, "unknown mode None; choose one of"),
         ({"mode": ["keyword"]}, "unknown mode ['keyword']; choose one of"),
         # malformed zone (a well-formed zone nobody wrote to is not an error: see below)
-        ({"zone": ""}, "zone '' is not a valid zone name (letters, digits, '_.-')"),
-        ({"zone": "bad zone!"}, "zone 'bad zone!' is not a valid zone name"),
-        ({"zone": "../etc"}, "zone '../etc' is not a valid zone name"),
-        ({"zone": "z\n"}, "zone 'z\\n' is not a valid zone name"),
-        ({"zone": "z" * 129}, "is not a valid zone name"),
-        ({"zone": None}, "zone None is not a valid zone name"),
-        ({"zone": 7}, "zone 7 is not a valid zone name"),
+        ({"zone": ""}, "zone '' is not a zone name: 1 to 128 letters, digits, '_', '.' or '-', starting with a "
+                       "letter or digit"),
+        ({"zone": "bad zone!"}, "zone 'bad zone!' is not a zone name"),
+        ({"zone": "../etc"}, "zone '../etc' is not a zone name"),
+        ({"zone": "z\n"}, "zone 'z\\n' is not a zone name"),
+        ({"zone": "z" * 129}, "is not a zone name"),
+        ({"zone": None}, "zone None is not a zone name"),
+        ({"zone": 7}, "zone 7 is not a zone name"),
         # characters no shard, cache or embedder can take
         ({"query": "caf\ud800"},
          "query contains a lone surrogate U+D800 at index 3, which is not valid Unicode: remove it"),
@@ -96,7 +96,8 @@ def test_messages_quote_a_huge_bad_value_briefly() -> None:
     for overrides in ({"mode": "m" * 100_000}, {"zone": "z z" * 50_000}, {"k": "9" * 100_000}):
         with pytest.raises(InvalidQueryError) as info:
             _parse(**overrides)
-        assert len(str(info.value)) < 200, overrides
+        # The value is cut to 80 characters; the rest is the sentence saying what the argument must be.
+        assert len(str(info.value)) < 250 and "characters)" in str(info.value), overrides
 
 
 @pytest.mark.parametrize(
@@ -197,6 +198,31 @@ def test_the_search_task_names_an_unknown_argument() -> None:
         search.run(zone="z")  # no query at all
     with pytest.raises(InvalidQueryError, match="k must be an integer from 1 to 1000, got 0"):
         search.run(query="q", zone="z", k=0)
+
+
+def test_the_search_task_reads_the_settings_of_its_worker_runtime_when_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardfuse.pipeline.config.settings import Settings
+    from shardfuse.workers.tasks.search import search
+
+    holder = search.app.shardfuse_runtime
+    monkeypatch.setattr(search.app, "shardfuse_runtime", type(holder)(Settings(query=QuerySettings(max_k=5))))
+    with pytest.raises(InvalidQueryError, match="k must be an integer from 1 to 5, got 6"):
+        search.run(query="q", zone="z", k=6)
+
+
+def test_the_cli_sends_the_options_it_was_given_under_the_task_argument_names() -> None:
+    from shardfuse.workers.cli.main import build_parser
+    from shardfuse.workers.cli.querying import search_options
+
+    argv = ["search", "q", "--zone", "z", "-k", "5", "--mode", "keyword", "--fusion", "weighted", "--alpha", "0.3",
+            "--path-prefix", "src/", "--model", "mini", "--no-boost", "--route", "--expand"]
+    assert search_options(build_parser().parse_args(argv)) == {
+        "k": 5, "mode": "keyword", "fusion": "weighted", "alpha": 0.3, "path_prefix": "src/", "boost": False,
+        "route": True, "expand": True, "model": "mini"}
+    # Left unset, the query worker's settings decide (a zone's fusion profile, the configured stages).
+    assert search_options(build_parser().parse_args(["search", "q", "--zone", "z"])) == {"k": 10, "mode": "hybrid"}
+    evaluate = build_parser().parse_args(["eval", "data", "--zone", "z", "--fusion", "rrf", "--no-expand"])
+    assert search_options(evaluate) == {"fusion": "rrf", "expand": False}
 
 
 @pytest.mark.parametrize(

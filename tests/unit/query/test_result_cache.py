@@ -41,8 +41,9 @@ def test_cached_until_a_write_or_a_rebuild_changes_the_shards() -> None:
     assert service.search(request)["cache"] == "miss" and shard.searches == 2
     shard.generation_number = 2  # a rebuild published
     assert service.search(request)["cache"] == "miss" and shard.searches == 3
-    assert service.search(request, use_cache=False).get("cache") is None and shard.searches == 4
-    other = SearchRequest.parse(query="q", zone="z", mode="keyword", path_prefix="src/")
+    uncached = SearchRequest(query="q", zone="z", mode=Mode.KEYWORD, cache=False)
+    assert service.search(uncached).get("cache") is None and shard.searches == 4
+    other = SearchRequest(query="q", zone="z", mode=Mode.KEYWORD, path_prefix="src/")
     assert service.search(other)["cache"] == "miss"  # filters are part of the key
 
 

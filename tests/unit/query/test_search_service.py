@@ -12,7 +12,7 @@ from shardfuse.pipeline.core.errors import InvalidQueryError
 from shardfuse.pipeline.embed.providers import HashingEmbedder
 from shardfuse.pipeline.index.lexical.stats import TermStats
 from shardfuse.pipeline.index.store import ChunkFilter, ChunkRecord
-from shardfuse.query.request import Mode, SearchRequest
+from shardfuse.query.request import Mode, SearchRequest, parse_request
 from shardfuse.query.search import SearchService
 from shardfuse.query.shard_legs import LegHit
 
@@ -58,6 +58,11 @@ NEUTRAL_SETTINGS = QuerySettings(over_fetch=2, min_leg_depth=1, rrf_k=60, router
 
 def _service(*shards: FakeShard) -> SearchService:
     return SearchService(shards=shards, embedder=HashingEmbedder(16), settings=NEUTRAL_SETTINGS)
+
+
+def _parse(**arguments: object) -> SearchRequest:
+    """A request from a caller's arguments, as the search task parses them."""
+    return parse_request(arguments, settings=QuerySettings())
 
 
 def test_legs_are_merged_across_shards_by_score_then_fused() -> None:
@@ -130,15 +135,15 @@ def test_hits_whose_chunks_are_gone_are_dropped_and_the_next_ones_fill_k() -> No
 def test_invalid_requests_are_rejected_before_any_shard_is_touched(kwargs: dict[str, object], message: str) -> None:
     args: dict[str, object] = {"query": "q", "zone": "z", "k": 10, "mode": "hybrid", "fusion": "rrf", **kwargs}
     with pytest.raises(InvalidQueryError, match=message):
-        SearchRequest.parse(**args)  # type: ignore[arg-type]
+        _parse(**args)
 
 
 def test_the_requested_fusion_decides_the_order() -> None:
     shard = FakeShard(0, keyword=[LegHit("a", 9.0), LegHit("b", 1.0)], vector=[LegHit("b", 0.9), LegHit("a", 0.1)],
                       records={"a": "a", "b": "b"})
     service = _service(shard)
-    vector_only = service.search(SearchRequest.parse(query="q", zone="z", fusion="weighted", alpha=1.0))
-    keyword_only = service.search(SearchRequest.parse(query="q", zone="z", fusion="weighted", alpha=0.0))
+    vector_only = service.search(_parse(query="q", zone="z", fusion="weighted", alpha=1.0))
+    keyword_only = service.search(_parse(query="q", zone="z", fusion="weighted", alpha=0.0))
     assert [r["chunk_id"] for r in vector_only["results"]] == ["b", "a"]
     assert [r["chunk_id"] for r in keyword_only["results"]] == ["a", "b"]
     assert vector_only["fusion"] == "weighted" and vector_only["results"][0]["fused_score"] == 1.0
@@ -172,11 +177,11 @@ def test_results_are_diversified_per_file_and_only_the_top_carry_full_text() -> 
 
 def test_filters_reach_both_legs_of_every_shard() -> None:
     shards = [FakeShard(i, keyword=[], vector=[], records={}) for i in range(2)]
-    request = SearchRequest.parse(query="q", zone="z", path_prefix="src/", filters={"lang": "py"})
+    request = _parse(query="q", zone="z", path_prefix="src/", filters={"lang": "py"})
     _service(*shards).search(request)
     expected = ChunkFilter(path_prefix="src/", metadata={"lang": "py"})
     assert all(w == expected for shard in shards for w in shard.wheres) and all(len(s.wheres) == 2 for s in shards)
-    _service(shards[0]).search(SearchRequest.parse(query="q", zone="z"))
+    _service(shards[0]).search(_parse(query="q", zone="z"))
     assert shards[0].wheres[-1] is None  # no filter: the legs run unfiltered
 
 
@@ -286,11 +291,11 @@ def test_hydration_fetches_one_window_unless_deleted_chunks_leave_fewer_than_k()
 
 
 def test_stage_switches_are_booleans_or_null() -> None:
-    request = SearchRequest.parse(query="q", zone="z", boost=False, route=None, expand=True)
+    request = _parse(query="q", zone="z", boost=False, route=None, expand=True)
     assert (request.boost, request.route, request.expand) == (False, None, True)
     for name in ("boost", "route", "expand"):
         with pytest.raises(InvalidQueryError, match=name):
-            SearchRequest.parse(query="q", zone="z", **{name: "yes"})
+            _parse(query="q", zone="z", **{name: "yes"})
 
 
 def test_uncached_searches_go_around_the_query_embedding_cache() -> None:
@@ -311,7 +316,7 @@ def test_uncached_searches_go_around_the_query_embedding_cache() -> None:
     service.search(request)
     service.search(request)
     assert Counting.calls == 1  # the second search found the embedding in the LRU
-    service.search(request, use_cache=False)
+    service.search(request.model_copy(update={"cache": False}))
     assert Counting.calls == 2  # eval's timed searches always pay for the model
 
 
@@ -356,4 +361,4 @@ def test_a_model_the_query_worker_does_not_know_is_a_clear_error() -> None:
     with pytest.raises(InvalidQueryError, match="'mini' is not configured"):
         _service(shard).search(SearchRequest(query="q", zone="z", model="mini"))
     with pytest.raises(InvalidQueryError, match="not an embedding model name"):
-        SearchRequest.parse(query="q", zone="z", model="Bad Name!")
+        _parse(query="q", zone="z", model="Bad Name!")

@@ -116,7 +116,7 @@ def test_every_problem_of_an_event_is_listed_at_once() -> None:
         ("size", 10**30, "size: Input should be less than or equal to"),
         ("op", 1, "op: Input should be 'write' or 'delete'"),
         ("op", "WRITE", "op: Input should be 'write' or 'delete'"),
-        ("zone", 5, "zone: Input should be a valid string"),
+        ("zone", 5, "zone: 5 is not a zone name"),
         ("zone", "", "zone: '' is not a zone name"),
         ("zone", "../etc", "zone: '../etc' is not a zone name: 1 to 128 letters, digits"),
         ("zone", "z\n", "zone: 'z\\\\n' is not a zone name"),
