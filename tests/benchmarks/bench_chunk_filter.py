@@ -97,7 +97,7 @@ def _run(provider: FakeEmbeddingsServer, *, filtered: bool) -> dict[str, Any]:
         "SHARDFUSE_ENTROPY__ENABLED": "true" if filtered else "false",
     }
     zone = "licensed"
-    with running_stack(overrides, keep_env=False) as stack:
+    with running_stack(overrides) as stack:
         before = len(provider.embedding_requests())
         with stack.publisher() as publisher:
             for i in range(FILES):

@@ -37,6 +37,7 @@ import numpy as np
 import pytest
 from celery import Celery
 
+from shardfuse.pipeline.config.handoff import write_settings_file
 from shardfuse.pipeline.config.settings import Settings, load_settings
 from shardfuse.pipeline.core.documents import Chunk, PreparedDocument
 from shardfuse.pipeline.core.events import Op, WriteEvent
@@ -46,7 +47,7 @@ from shardfuse.pipeline.index.store.schema import ensure_shard_schema
 from shardfuse.workers.app import create_app
 from shardfuse.workers.names import Queue, Task
 from shardfuse.workers.stack import down, up
-from shardfuse.workers.stack.celery_processes import answering_workers, celery_env, worker_command
+from shardfuse.workers.stack.celery_processes import answering_workers, child_env, worker_command
 from tests.integration.ports import free_port
 from tests.support.embeddings_server import FakeEmbeddingsServer
 
@@ -64,33 +65,19 @@ def servers() -> Iterator[Settings]:
     """Redis and PostgreSQL only: the benchmark runs its own embed workers."""
     data_dir = Path(tempfile.mkdtemp(prefix="shardfuse-bench-"))
     redis_port, pg_port = free_port(), free_port()
-    env = {
-        "SHARDFUSE_DATA_DIR": str(data_dir),
-        "SHARDFUSE_BROKER__URL": f"redis://127.0.0.1:{redis_port}/0",
-        "SHARDFUSE_BROKER__RESULT_BACKEND": f"redis://127.0.0.1:{redis_port}/1",
-        "SHARDFUSE_POSTGRES__DSN": f"postgresql://postgres@127.0.0.1:{pg_port}/shardfuse",
-        "SHARDFUSE_STACK__FLOWER_PORT": str(free_port()),
-        "SHARDFUSE_SHARDS": "2",
-        "SHARDFUSE_EMBEDDER__PROVIDER": "openai",
-        "SHARDFUSE_EMBEDDER__MODEL": "text-embedding-3-small",
-        "SHARDFUSE_EMBEDDER__DIMENSIONS": str(DIMENSIONS),
-        "SHARDFUSE_EMBEDDER__API_KEY": "sk-bench",
-        "SHARDFUSE_EMBEDDER__GLOBAL_MAX_CONCURRENT": str(GLOBAL_LIMIT),
-        "SHARDFUSE_EMBEDDER__MAX_CONCURRENT": str(GLOBAL_LIMIT),
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    settings = load_settings()
+    settings = load_settings(
+        data_dir=data_dir, shards=2,
+        broker={"url": f"redis://127.0.0.1:{redis_port}/0", "result_backend": f"redis://127.0.0.1:{redis_port}/1"},
+        postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/shardfuse"},
+        stack={"flower_port": free_port()},
+        embedder={"provider": "openai", "model": "text-embedding-3-small", "dimensions": DIMENSIONS,
+                  "api_key": "sk-bench", "global_max_concurrent": GLOBAL_LIMIT, "max_concurrent": GLOBAL_LIMIT},
+    )  # fmt: skip
     up(settings, progress=lambda line: None, timeout=180, only={"redis", "postgres"})
     try:
         yield settings
     finally:
         down(settings, timeout=30)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
@@ -98,11 +85,11 @@ def servers() -> Iterator[Settings]:
 def embed_workers(settings: Settings, provider: FakeEmbeddingsServer, *, batched: bool,
                   tag: str) -> Iterator[list[str]]:
     """``WORKER_PROCESSES`` embed worker processes pointed at ``provider``; yields their node names."""
-    env = celery_env(os.environ) | {
-        "SHARDFUSE_EMBEDDER__BASE_URL": provider.base_url,
-        "SHARDFUSE_EMBEDDER__BATCH_SIZE": "256" if batched else str(CHUNKS_PER_DOCUMENT),
-        "SHARDFUSE_EMBEDDER__BATCH_WAIT_MS": "50" if batched else "0",
-    }
+    embedder = settings.embedder.model_copy(update={
+        "base_url": provider.base_url, "batch_size": 256 if batched else CHUNKS_PER_DOCUMENT,
+        "batch_wait_ms": 50 if batched else 0})
+    worker_settings = settings.model_copy(update={"embedder": embedder})
+    env = child_env(os.environ, write_settings_file(worker_settings, settings.data_path / "run" / f"bench-{tag}.json"))
     logs = settings.data_path / "bench-logs"
     logs.mkdir(exist_ok=True)
     names = [f"bench-{tag}-{i}" for i in range(WORKER_PROCESSES)]

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +28,10 @@ from shardfuse.pipeline.index.store.vector_index import BuildSettings
 from shardfuse.pipeline.storage.cas import LocalContentStore
 from shardfuse.workers import monitor
 from shardfuse.workers.client import SearchClient
+from shardfuse.workers.names import Queue
 from shardfuse.workers.publishing import CeleryEventSink
 from shardfuse.workers.stack import StackState, down, up
-from tests.integration.ports import free_port
+from tests.integration.ports import free_port, free_port_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,15 +115,30 @@ def stack() -> Iterator[Stack]:
         "SHARDFUSE_EMBEDDERS__MINI__PROVIDER": "hashing",
         "SHARDFUSE_EMBEDDERS__MINI__DIMENSIONS": "48",
     }
-    with running_stack(overrides, keep_env=True) as running:
+    with running_stack(overrides) as running:
         yield running
 
 
+def settings_overrides(variables: Mapping[str, str]) -> dict[str, Any]:
+    """``SHARDFUSE_*`` variables as the keyword overrides of ``load_settings``: ``SHARDFUSE_A__B=v`` becomes
+    ``{"a": {"b": "v"}}`` (pydantic converts the strings as it does the environment's; scalars only)."""
+    nested: dict[str, Any] = {}
+    for name, value in variables.items():
+        *sections, key = name.removeprefix("SHARDFUSE_").lower().split("__")
+        target = nested
+        for section in sections:
+            target = target.setdefault(section, {})
+        target[key] = value
+    return nested
+
+
 @contextlib.contextmanager
-def running_stack(overrides: dict[str, str], *, keep_env: bool) -> Iterator[Stack]:
-    """A whole stack on free ports in a new folder, configured by ``overrides`` (environment variables,
-    which its processes inherit). With ``keep_env`` they stay set in this process until the stack stops
-    (the session's stack: in-process CLI calls see it); otherwise they are restored once it is up."""
+def running_stack(overrides: dict[str, str]) -> Iterator[Stack]:
+    """A whole stack on free ports in a new folder, configured by ``overrides`` (``SHARDFUSE_*`` variables).
+
+    This process's environment is left alone: the settings are built with the overrides as keyword
+    overrides, and ``up`` hands exactly those to the workers and Flower. ``Stack.env`` holds the variables
+    for the ``shardfuse`` commands the tests run as subprocesses, which resolve the same settings."""
     # Not under pytest's tmp dir: pytest resets it to mode 0700 at every session start, and PostgreSQL,
     # running as its own system user when the tests run as root, must be able to enter every parent.
     data_dir = Path(tempfile.mkdtemp(prefix="shardfuse-test-"))
@@ -133,25 +149,12 @@ def running_stack(overrides: dict[str, str], *, keep_env: bool) -> Iterator[Stac
         "SHARDFUSE_BROKER__RESULT_BACKEND": f"redis://127.0.0.1:{redis_port}/1",
         "SHARDFUSE_POSTGRES__DSN": f"postgresql://postgres@127.0.0.1:{pg_port}/shardfuse",
         "SHARDFUSE_STACK__FLOWER_PORT": str(flower_port),
+        "SHARDFUSE_STACK__METRICS_PORT": str(free_port_run(len(Queue))),  # the pools' /metrics
         **overrides,
     }
-    saved = {k: os.environ.get(k) for k in overrides}
-
-    def restore() -> None:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-    os.environ.update(overrides)  # the worker processes inherit these
-    try:
-        settings = load_settings()
-        state = up(settings, progress=lambda line: None, timeout=180)
-        env = dict(os.environ)
-    finally:
-        if not keep_env:
-            restore()
+    env = {**os.environ, **overrides}
+    settings = load_settings(**settings_overrides(overrides))
+    state = up(settings, progress=lambda line: None, timeout=180)
     try:
         yield Stack(settings=settings, state=state, env=env)
     finally:
@@ -161,8 +164,6 @@ def running_stack(overrides: dict[str, str], *, keep_env: bool) -> Iterator[Stac
             with contextlib.suppress(psutil.NoSuchProcess):
                 children.extend(p.pid for p in psutil.Process(pid).children(recursive=True))
         stopped = down(settings, timeout=30)
-        if keep_env:
-            restore()
         time.sleep(0.5)
         left = [pid for pid in pids + children if psutil.pid_exists(pid)
                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]

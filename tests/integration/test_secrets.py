@@ -1,12 +1,13 @@
 """A stack of its own with every secret set: Redis and PostgreSQL passwords (with characters a URL must
 encode), API keys and a Flower password. The servers refuse clients without the passwords; no secret shows
-in reprs, status, the recorded state, any file of the data dir (logs included), any process's command line,
-task messages or Flower's pages."""
+in reprs, status, the recorded state, any file of the data dir but the workers' private settings file (logs
+included), any process's command line, a worker's environment, task messages or Flower's pages."""
 
 from __future__ import annotations
 
 import base64
 import json
+import stat
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +23,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from shardfuse.pipeline.config.handoff import RESOLVED_SETTINGS_ENV
 from shardfuse.pipeline.config.redaction import secret_values, spellings
 from shardfuse.workers.stack.addresses import StackAddresses
 from shardfuse.workers.stack.celery_processes import flower_ready, worker_nodename
@@ -57,7 +59,7 @@ def secured() -> Iterator[Stack]:
         "SHARDFUSE_QUERY__EXPANSION__API_KEY": SECRETS["expansion"],
         "SHARDFUSE_FLOWER__PASSWORD": SECRETS["flower"],
     }
-    with running_stack(overrides, keep_env=False) as stack:
+    with running_stack(overrides) as stack:
         yield stack
 
 
@@ -228,19 +230,24 @@ def test_no_secret_shows_in_reprs_status_state_files_logs_processes_or_flower(se
     # Every process on this machine: no command line holds a secret (Redis gets its password on stdin).
     for proc in psutil.process_iter(["pid", "cmdline"]):
         assert not _leaks(" ".join(proc.info["cmdline"] or [])), proc.info
-    # The environment is how settings reach the workers (readable by their own user and root only, unlike
-    # the command line): the scanner does find them there, so its silence above means something.
-    worker_env = psutil.Process(secured.state.components["worker-ingest"].pid).environ()
-    assert {"redis", "postgres", "embedder"} <= set(_leaks(json.dumps(worker_env)))
-
-    # Every file the stack wrote: logs, the recorded state, PostgreSQL's and Redis's data, Flower's database.
+    # The settings reach the workers as a file readable by their own user only (mode 0600), which their
+    # environment names; the environment itself holds no secret. The scanner does find every secret in that
+    # file, so its silence elsewhere means something.
     layout = StackLayout(settings.data_path)
+    for name in ("worker-ingest", "worker-embed", "worker-maintenance", "worker-query"):
+        worker_env = psutil.Process(secured.state.components[name].pid).environ()
+        assert worker_env[RESOLVED_SETTINGS_ENV] == str(layout.settings_file), name
+        assert not _leaks(json.dumps(worker_env)), (name, _leaks(json.dumps(worker_env)))
+    assert stat.S_IMODE(layout.settings_file.stat().st_mode) == 0o600
+    assert set(_leaks(layout.settings_file.read_bytes())) == set(SECRETS)
+
+    # Every other file the stack wrote: logs, the recorded state, PostgreSQL's and Redis's data, Flower's db.
     banner = layout.log_file("worker-ingest").read_text()
     assert "transport:" in banner and "redis://:**@127.0.0.1" in banner  # Celery's banner masks it
     print("banner:", [line.strip() for line in banner.splitlines() if "transport:" in line or "results:" in line])
     checked = 0
     for path in sorted(settings.data_path.rglob("*")):
-        if path.is_file() and not path.is_symlink() and not path.is_socket():
+        if path.is_file() and not path.is_symlink() and not path.is_socket() and path != layout.settings_file:
             assert not _leaks(path.read_bytes()), (path, _leaks(path.read_bytes()))
             checked += 1
     assert checked > 20 and layout.state_file.exists() and any(layout.logs_dir.glob("*.log"))

@@ -1,4 +1,5 @@
-"""The embedded servers' life cycle: start Redis and PostgreSQL + pgvector, start again (a no-op), stop.
+"""The embedded stack's life cycle: start Redis and PostgreSQL + pgvector, start again (a no-op), stop; and
+the whole stack's workers and Flower running with exactly the settings ``up`` was given.
 
 Runs on free ports in a temporary data dir, independently of the session-wide stack in conftest.py.
 """
@@ -20,9 +21,17 @@ import psycopg
 import pytest
 import redis
 
-from shardfuse.pipeline.config.settings import Settings
+from shardfuse import SearchClient, connect_publisher
+from shardfuse.pipeline.config.handoff import RESOLVED_SETTINGS_ENV, read_settings_file
+from shardfuse.pipeline.config.settings import Settings, load_settings
+from shardfuse.pipeline.core.sharding import shard_for
+from shardfuse.workers import monitor
+from shardfuse.workers.broker.serialization import control_app
+from shardfuse.workers.names import Queue
 from shardfuse.workers.stack import StackError, StackState, down, read_state, up
 from shardfuse.workers.stack import processes as stack_processes
+from shardfuse.workers.stack.celery_processes import worker_nodename
+from shardfuse.workers.stack.layout import StackLayout
 from tests.integration.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -164,3 +173,51 @@ def test_a_crashed_postgres_with_a_stale_pidfile_is_restarted(servers_settings: 
         assert conn.execute("SELECT 1").fetchone() == (1,)
     assert down(servers_settings) == ["postgres"]
     assert _running(family | _tree(restarted.components["postgres"].pid)) == set()
+
+
+def test_workers_and_flower_run_with_exactly_the_settings_up_was_given(data_dir: Path) -> None:
+    """Keyword overrides to load_settings exist only in this process (no SHARDFUSE_* variable carries them):
+    a worker that did not get them would listen to another broker (up would time out), read another CAS, make
+    vectors of another size with another model, and route the document to a shard of 2."""
+    redis_port, pg_port = free_port(), free_port()
+    settings = load_settings(
+        data_dir=data_dir, shards=3,
+        broker={"url": f"redis://127.0.0.1:{redis_port}/0", "result_backend": f"redis://127.0.0.1:{redis_port}/1",
+                "visibility_timeout_s": 4321},
+        postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/sf_handoff"},
+        stack={"flower_port": free_port()}, flower={"password": "handoff-flower-pw"},
+        embedder={"provider": "hashing", "dimensions": 40}, bm25={"rebuild_debounce_s": 0.2},
+        workers={"ingest_concurrency": 1, "embed_concurrency": 2, "query_concurrency": 1},
+    )  # fmt: skip
+    zone = "handoff"
+    path = next(f"doc-{i}.md" for i in range(100) if shard_for(zone, f"doc-{i}.md", 3) == 2)
+    layout = StackLayout(settings.data_path)
+    try:
+        state = up(settings, progress=lambda _: None, timeout=240)  # Flower answered with the password above
+        assert read_settings_file(layout.settings_file) == settings
+        for name in ("worker-ingest", "flower"):
+            assert psutil.Process(state.components[name].pid).environ()[RESOLVED_SETTINGS_ENV] == str(
+                layout.settings_file)
+
+        # The app inside a worker was built from them: Celery reports its configuration.
+        app = control_app(settings.broker.url)
+        try:
+            node = worker_nodename(Queue.INGEST)
+            conf = (app.control.inspect(destination=[node], timeout=5).conf() or {})[node]
+        finally:
+            app.close()
+        assert conf["broker_transport_options"]["visibility_timeout"] == 4321
+
+        with connect_publisher(settings) as publisher:
+            publisher.write(zone=zone, path=path, data=b"# Handoff\n\nThe settingsfileterm reached every worker.\n")
+        assert monitor.wait_until_indexed(settings, timeout=120)
+        with psycopg.connect(settings.postgres.dsn) as conn:
+            row = conn.execute("SELECT d.status, count(c.*), max(vector_dims(c.embedding)) FROM shard_2.documents d "
+                               "JOIN shard_2.chunks c ON c.zone = d.zone AND c.path = d.path "
+                               "WHERE d.zone = %s AND d.path = %s GROUP BY d.status", (zone, path)).fetchone()
+        assert row is not None and row[0] == "indexed" and row[1] > 0 and row[2] == 40
+        hits = SearchClient(settings).search(query="settingsfileterm", zone=zone, mode="hybrid")["results"]
+        assert [hit["path"] for hit in hits][:1] == [path]
+    finally:
+        down(settings, timeout=30)
+    assert not layout.settings_file.exists()  # down leaves no copy of the secrets behind

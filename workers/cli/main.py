@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from shardfuse.pipeline.config.settings import Settings, load_settings
 from shardfuse.pipeline.core.errors import ShardfuseError
@@ -54,11 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    if args.data_dir:
-        # Through the environment, so that every process the stack starts uses the same folder.
-        os.environ["SHARDFUSE_DATA_DIR"] = os.path.abspath(args.data_dir)
+    # --data-dir is an override like any other; processes the command starts get the settings it resolves.
+    overrides = {"data_dir": Path(args.data_dir).absolute()} if args.data_dir else {}
     try:
-        settings = load_settings(args.config)
+        settings = load_settings(args.config, **overrides)
         configure_cli_logging(settings.logging.format)
         command: Command = args.handler
         return command(args, settings)

@@ -7,7 +7,10 @@ shutdown: running tasks finish) and nothing of the CLI stays behind. ``ping`` is
 asks this host's worker of one pool, through the broker, whether it answers.
 
 The command lines are built by pure functions (:func:`worker_exec`, :func:`flower_exec`) so that tests
-can check exactly what would run.
+can check exactly what would run. The exec'd process runs with exactly the settings this command resolved
+(its ``--config`` and ``--data-dir`` included): they are written to a private file in the container's own
+temp dir (its data dir may be shared with other containers, or not mounted at all, as Flower's is in
+Kubernetes), which its environment names (:mod:`shardfuse.pipeline.config.handoff`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from kombu.connection import Connection
 from kombu.exceptions import KombuError
 from redis import RedisError
 
+from shardfuse.pipeline.config.handoff import write_settings_file
 from shardfuse.pipeline.config.redaction import redact_url
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import ConfigurationError
@@ -72,15 +76,16 @@ def register(sub: Any) -> None:
 # -- pure: what would run ----------------------------------------------------------------------------------
 
 
-def worker_exec(queue: Queue, settings: Settings, *, base_env: Mapping[str, str], concurrency: int | None = None,
-                loglevel: str = "INFO") -> Exec:
+def worker_exec(queue: Queue, settings: Settings, *, base_env: Mapping[str, str], settings_file: Path,
+                concurrency: int | None = None, loglevel: str = "INFO") -> Exec:
     """The worker pool of ``queue``, as the embedded stack starts it (pool type, prefetch, ``-n queue@%h``,
-    events), with ``concurrency`` (default: the settings') and Celery's log level."""
+    events), with ``concurrency`` (default: the settings') and Celery's log level; its settings are
+    ``settings_file`` (``settings``, written by :func:`write_settings_file`)."""
     if concurrency is None:
         concurrency = celery_processes.CONCURRENCY[queue](settings.workers)
     argv = celery_processes.worker_command(queue, concurrency=concurrency)
     argv[argv.index("--loglevel") + 1] = loglevel
-    return Exec(argv=argv, env=celery_processes.celery_env(base_env))
+    return Exec(argv=argv, env=celery_processes.child_env(base_env, settings_file))
 
 
 def flower_db(settings: Settings, db: str | None) -> Path:
@@ -88,18 +93,25 @@ def flower_db(settings: Settings, db: str | None) -> Path:
     return Path(db).expanduser().resolve() if db else StackLayout(settings.data_path).flower_db
 
 
-def flower_exec(settings: Settings, *, base_env: Mapping[str, str], address: str = DEFAULT_FLOWER_ADDRESS,
-                port: int = DEFAULT_FLOWER_PORT, db: str | None = None) -> Exec:
-    """Flower on ``address:port`` with persistent state; the basic-auth credentials travel in its
-    environment (``FLOWER_BASIC_AUTH``), never on the command line. An empty password is refused: Flower
-    would then serve the broker's whole task history, and its control API, to anyone."""
+def require_flower_login(settings: Settings) -> None:
+    """ConfigurationError unless Flower has a user and a password: without them it would serve the broker's
+    whole task history, and its control API, to anyone."""
     if not settings.flower.password.get_secret_value():
         raise ConfigurationError("flower.password is empty; set SHARDFUSE_FLOWER__PASSWORD "
                                  "(Flower is not run without authentication)")
     if not settings.flower.user:
         raise ConfigurationError("flower.user is empty; set SHARDFUSE_FLOWER__USER")
+
+
+def flower_exec(settings: Settings, *, base_env: Mapping[str, str], settings_file: Path,
+                address: str = DEFAULT_FLOWER_ADDRESS, port: int = DEFAULT_FLOWER_PORT, db: str | None = None) -> Exec:
+    """Flower on ``address:port`` with persistent state; the basic-auth credentials travel in its
+    environment (``FLOWER_BASIC_AUTH``), never on the command line. An empty password is refused
+    (:func:`require_flower_login`)."""
+    require_flower_login(settings)
     argv = celery_processes.flower_command(endpoint=Endpoint(address, port), db=str(flower_db(settings, db)))
-    return Exec(argv=argv, env=celery_processes.flower_env(settings, celery_processes.celery_env(base_env)))
+    return Exec(argv=argv, env=celery_processes.flower_env(settings, celery_processes.child_env(base_env,
+                                                                                                settings_file)))
 
 
 def ping_node(queue: Queue, node: str | None) -> str:
@@ -111,17 +123,18 @@ def ping_node(queue: Queue, node: str | None) -> str:
 
 
 def run_worker(args: argparse.Namespace, settings: Settings) -> int:
-    _exec(worker_exec(Queue(args.queue), settings, base_env=os.environ, concurrency=args.concurrency,
-                      loglevel=args.loglevel))
+    _exec(worker_exec(Queue(args.queue), settings, base_env=os.environ, settings_file=write_settings_file(settings),
+                      concurrency=args.concurrency, loglevel=args.loglevel))
 
 
 def run_flower(args: argparse.Namespace, settings: Settings) -> int:
-    spec = flower_exec(settings, base_env=os.environ, address=args.address, port=args.port, db=args.db)
+    require_flower_login(settings)
     flower_db(settings, args.db).parent.mkdir(parents=True, exist_ok=True)
     if settings.flower.password.get_secret_value() == "shardfuse":
         print("shardfuse flower: warning: flower.password is the built-in default; set SHARDFUSE_FLOWER__PASSWORD",
               file=sys.stderr)
-    _exec(spec)
+    _exec(flower_exec(settings, base_env=os.environ, settings_file=write_settings_file(settings),
+                      address=args.address, port=args.port, db=args.db))
 
 
 def run_ping(args: argparse.Namespace, settings: Settings) -> int:
@@ -146,7 +159,8 @@ def broker_problem(url: str, *, timeout: float) -> str | None:
     than after the ping's own connection retries.
     """
     try:
-        with Connection(url, connect_timeout=timeout) as connection:
+        # kombu's Connection has no annotations.
+        with Connection(url, connect_timeout=timeout) as connection:  # type: ignore[no-untyped-call]
             connection.ensure_connection(max_retries=1, interval_start=0, timeout=timeout)
     except (KombuError, RedisError, OSError) as exc:
         return str(exc) or type(exc).__name__

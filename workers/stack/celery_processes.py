@@ -1,14 +1,12 @@
 """The Celery side of the stack: one worker pool per queue, and Flower.
 
-Both are started as ``python -m celery -A <app> …`` subprocesses. They inherit this process's
-environment, which is how settings reach them: ``SHARDFUSE_*`` variables and ``SHARDFUSE_CONFIG``.
+Both are started as ``python -m celery -A <app> …`` processes. Their settings are the launcher's, as a
+file: :func:`child_env` names it in their environment (:mod:`shardfuse.pipeline.config.handoff`).
 """
 
 from __future__ import annotations
 
 import base64
-import os
-import site
 import socket
 import sys
 import urllib.error
@@ -19,17 +17,20 @@ from pathlib import Path
 from kombu.exceptions import KombuError
 from redis import RedisError
 
+from shardfuse.pipeline.config.handoff import RESOLVED_SETTINGS_ENV
 from shardfuse.pipeline.config.settings import Settings, WorkerSettings
+from shardfuse.pipeline.observability.multiprocess import MULTIPROC_DIR_ENV
 from shardfuse.workers.broker.serialization import control_app
 from shardfuse.workers.names import QUEUE_POOLS, QUEUE_PREFETCH, Queue
-from shardfuse.workers.stack.addresses import Endpoint
+from shardfuse.workers.stack.addresses import Endpoint, parse_redis_url
+from shardfuse.workers.stack.layout import StackLayout
 
 # The Celery application every worker and Flower loads. A module attribute (read at call time) so that
 # tests can point it at a stand-in app.
 CELERY_APP = "shardfuse.workers.celery_app:app"
 FLOWER = "flower"
-# The folder that holds the ``workers`` package (a checkout's root, or site-packages).
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
+# The settings variables a child's environment does not inherit: its settings are the file alone.
+SETTINGS_ENV_PREFIX = "SHARDFUSE_"
 HTTP_TIMEOUT_S = 2.0
 
 CONCURRENCY: dict[Queue, Callable[[WorkerSettings], int]] = {
@@ -50,8 +51,11 @@ def worker_nodename(queue: Queue) -> str:
     return f"{queue.value}@{socket.gethostname()}"
 
 
-def worker_command(queue: Queue, *, concurrency: int, app: str | None = None) -> list[str]:
-    """The command line of one queue's worker pool, with the pool type the queue needs."""
+def worker_command(queue: Queue, *, concurrency: int, app: str | None = None,
+                   metrics: Endpoint | None = None) -> list[str]:
+    """The command line of one queue's worker pool, with the pool type the queue needs (and where it serves
+    its metrics, if ``metrics`` says; else ``workers.metrics_port`` decides)."""
+    served = ["--metrics-address", metrics.host, "--metrics-port", str(metrics.port)] if metrics else []
     return [
         sys.executable, "-m", "celery", "-A", app or CELERY_APP, "worker",
         "-Q", queue.value,
@@ -64,6 +68,7 @@ def worker_command(queue: Queue, *, concurrency: int, app: str | None = None) ->
         "--without-gossip", "--without-mingle",
         "-O", "fair",
         "--loglevel", "INFO",
+        *served,
     ]  # fmt: skip
 
 
@@ -75,9 +80,30 @@ def worker_marks(queue: Queue) -> tuple[str, ...]:
 def worker_commands(settings: Settings, *, app: str | None = None) -> dict[str, list[str]]:
     """Component name -> command line, for every queue."""
     return {
-        worker_component(queue): worker_command(queue, concurrency=CONCURRENCY[queue](settings.workers), app=app)
+        worker_component(queue): worker_command(queue, concurrency=CONCURRENCY[queue](settings.workers), app=app,
+                                                metrics=worker_metrics(settings, queue))
         for queue in Queue
     }
+
+
+# -- metrics: each pool of the embedded stack serves /metrics on loopback and counts into a directory of its own
+# (shardfuse.workers.observability, shardfuse.pipeline.observability.multiprocess).
+
+
+def worker_metrics(settings: Settings, queue: Queue) -> Endpoint | None:
+    """Where the embedded stack's pool of ``queue`` serves ``/metrics``: the broker's loopback host, port
+    ``stack.metrics_port`` for ingest and the next ones for embed, maintenance and query (Queue's order);
+    None when ``stack.metrics_port`` is 0."""
+    if not settings.stack.metrics_port:
+        return None
+    return Endpoint(parse_redis_url(settings.broker.url).host, settings.stack.metrics_port + list(Queue).index(queue))
+
+
+def worker_env(base: Mapping[str, str], settings: Settings, queue: Queue) -> dict[str, str]:
+    """``base`` plus the pool's own ``PROMETHEUS_MULTIPROC_DIR`` (``<data_dir>/run/metrics/<queue>``): it must
+    be in the worker's environment before prometheus_client is imported there."""
+    directory = StackLayout(settings.data_path).run_dir / "metrics" / queue.value
+    return {**base, MULTIPROC_DIR_ENV: str(directory)}
 
 
 def flower_command(*, endpoint: Endpoint, db: str, app: str | None = None) -> list[str]:
@@ -100,20 +126,12 @@ def flower_marks(endpoint: Endpoint) -> tuple[str, ...]:
     return ("celery", "flower", f"--port={endpoint.port}")
 
 
-def celery_env(base: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a worker or Flower: ``base`` (settings travel in it), plus whatever makes
-    ``-A shardfuse.workers.celery_app:app`` importable.
-
-    When shardfuse runs from a source checkout that is not pip-installed, ``workers`` is importable here
-    only because the checkout is our cwd or on our sys.path; the children get its root on PYTHONPATH
-    rather than a changed cwd, so that relative paths in ``SHARDFUSE_*`` variables keep their meaning.
-    """
-    env = dict(base)
-    root = str(SOURCE_ROOT)
-    if root not in site.getsitepackages() + [site.getusersitepackages()]:
-        paths = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
-        if root not in paths:
-            env["PYTHONPATH"] = os.pathsep.join([root, *paths])
+def child_env(base: Mapping[str, str], settings_file: Path) -> dict[str, str]:
+    """The environment of a worker or Flower: ``base`` without its ``SHARDFUSE_*`` variables, plus
+    ``SHARDFUSE_RESOLVED_SETTINGS`` naming the launcher's resolved settings. The child reads its settings
+    from that file alone; copies of the launcher's variables would only mislead whoever reads them."""
+    env = {name: value for name, value in base.items() if not name.upper().startswith(SETTINGS_ENV_PREFIX)}
+    env[RESOLVED_SETTINGS_ENV] = str(settings_file)
     return env
 
 

@@ -3,41 +3,52 @@
 Order matters both ways. Up: the servers first (workers and Flower connect to Redis at start), then the
 Celery processes. Down: workers first, so that in-flight tasks finish (or are re-queued) while Redis and
 PostgreSQL are still there to take their results; the servers last.
+
+Workers and Flower run with exactly the settings ``up`` was given: they are written to
+``<data_dir>/run/settings.json`` (mode 0600: secrets included) and named in the children's environment
+(:mod:`shardfuse.pipeline.config.handoff`), keyword overrides to ``load_settings`` included.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import os
 import time
-from collections.abc import Callable, Collection, Iterator
-from pathlib import Path
+from collections.abc import Collection
+from dataclasses import dataclass
 
 import psycopg
 
+from shardfuse.pipeline.config.handoff import write_settings_file
 from shardfuse.pipeline.config.redaction import redact_dsn, redact_url
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers.names import Queue
 from shardfuse.workers.stack import celery_processes, postgres_server, processes, redis_server
 from shardfuse.workers.stack.addresses import StackAddresses
 from shardfuse.workers.stack.errors import StackError
+from shardfuse.workers.stack.launch import Launch, Progress, exclusive, spawn
 from shardfuse.workers.stack.layout import StackLayout
-from shardfuse.workers.stack.readiness import wait_ready
-from shardfuse.workers.stack.state import ComponentState, StackState, load_state, remove_state, save_state
+from shardfuse.workers.stack.state import StackState, load_state, remove_state, save_state
 
 REDIS = redis_server.NAME
 POSTGRES = postgres_server.NAME
 FLOWER = celery_processes.FLOWER
 WORKERS: dict[str, Queue] = {celery_processes.worker_component(queue): queue for queue in Queue}
 SERVERS = (REDIS, POSTGRES)
+CELERY = (*WORKERS, FLOWER)
 # Start order; ``down`` walks it backwards except that the servers stop last.
-COMPONENTS: tuple[str, ...] = (*SERVERS, *WORKERS, FLOWER)
+COMPONENTS: tuple[str, ...] = (*SERVERS, *CELERY)
 FLOWER_STOP_TIMEOUT_S = 10.0
-LEFTOVER_STOP_TIMEOUT_S = 5.0
 
-Progress = Callable[[str], None]
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one ``up`` call is to bring up, where, and by when."""
+
+    settings: Settings
+    wanted: frozenset[str]
+    addresses: StackAddresses
+    deadline: float
 
 
 def read_state(settings: Settings) -> StackState | None:
@@ -59,99 +70,94 @@ def up(
     "postgres"}`` for the servers alone). Raises StackError naming the component and its log file if one
     is not ready within ``timeout`` seconds, ConfigurationError if an address is not loopback.
 
-    Workers and Flower inherit ``os.environ``: settings that the caller built from anything else (keyword
-    overrides to ``load_settings``) must also be exported as ``SHARDFUSE_*`` variables to reach them.
+    The workers and Flower it starts run with ``settings`` exactly, however they were built.
     """
     wanted = _select(only)
     addresses = StackAddresses.from_settings(settings)
     layout = StackLayout(settings.data_path)
     layout.create()
-    with _exclusive(layout):
-        return _up(settings, wanted=wanted, addresses=addresses, layout=layout, progress=progress,
-                   timeout=timeout)  # fmt: skip
+    with exclusive(layout):
+        plan = _Plan(settings=settings, wanted=wanted, addresses=addresses, deadline=time.monotonic() + timeout)
+        launch = Launch(state=_current_state(settings, addresses=addresses, layout=layout), layout=layout,
+                        progress=progress)
+        _start_servers(launch, plan)
+        _start_celery(launch, plan)
+        _wait_for_celery(launch, plan)
+        if not launch.started:
+            progress("shardfuse stack: everything was already running; nothing started")
+        return launch.state
 
 
-def _up(
-    settings: Settings,
-    *,
-    wanted: frozenset[str],
-    addresses: StackAddresses,
-    layout: StackLayout,
-    progress: Progress,
-    timeout: float,
-) -> StackState:
-    deadline = time.monotonic() + timeout
-    state = _current_state(settings, addresses=addresses, layout=layout)
-    redis_password = redis_server.broker_password(settings.broker.url)
-    pg_password = postgres_server.dsn_password(settings.postgres.dsn)
-    launch = _Launch(state=state, layout=layout, progress=progress)
-
-    if REDIS in wanted:
+def _start_servers(launch: Launch, plan: _Plan) -> None:
+    """Redis and PostgreSQL (both started before either is waited for: they boot in parallel)."""
+    redis_at, postgres_at, layout = plan.addresses.redis, plan.addresses.postgres, launch.layout
+    redis_password = redis_server.broker_password(plan.settings.broker.url)
+    pg_password = postgres_server.dsn_password(plan.settings.postgres.dsn)
+    if REDIS in plan.wanted:
         launch.ensure(
             REDIS,
-            find=lambda: redis_server.running_redis(endpoint=addresses.redis, layout=layout),
-            start=lambda: redis_server.start_redis(endpoint=addresses.redis, layout=layout, password=redis_password),
+            find=lambda: redis_server.running_redis(endpoint=redis_at, layout=layout),
+            start=lambda: redis_server.start_redis(endpoint=redis_at, layout=layout, password=redis_password),
         )
-    if POSTGRES in wanted:
+    if POSTGRES in plan.wanted:
         launch.ensure(
             POSTGRES,
             find=lambda: postgres_server.running_postmaster(layout),
-            start=lambda: postgres_server.start_postgres(target=addresses.postgres, layout=layout,
-                                                         password=pg_password),
+            start=lambda: postgres_server.start_postgres(target=postgres_at, layout=layout, password=pg_password),
         )
-    if REDIS in wanted:
-        launch.wait(REDIS, lambda: redis_server.redis_ready(addresses.redis, password=redis_password),
-                    deadline=deadline)  # fmt: skip
-    if POSTGRES in wanted:
-        _prepare_database(launch, addresses=addresses, deadline=deadline, password=pg_password)
-        launch.wait(POSTGRES, lambda: postgres_server.postgres_ready(settings.postgres.dsn), deadline=deadline)
+    if REDIS in plan.wanted:
+        launch.wait(REDIS, lambda: redis_server.redis_ready(redis_at, password=redis_password),
+                    deadline=plan.deadline)  # fmt: skip
+    if POSTGRES in plan.wanted:
+        _prepare_database(launch, plan, password=pg_password)
+        launch.wait(POSTGRES, lambda: postgres_server.postgres_ready(plan.settings.postgres.dsn),
+                    deadline=plan.deadline)  # fmt: skip
 
-    env = celery_processes.celery_env(os.environ)
+
+def _start_celery(launch: Launch, plan: _Plan) -> None:
+    """The worker pools and Flower, each given this call's settings through the settings file."""
+    if not plan.wanted & set(CELERY):
+        return
+    layout, settings = launch.layout, plan.settings
+    env = celery_processes.child_env(os.environ, write_settings_file(settings, layout.settings_file))
     commands = celery_processes.worker_commands(settings)
     for name, queue in WORKERS.items():
-        if name in wanted:
-            launch.ensure(
-                name,
-                start=functools.partial(
-                    _spawn, commands[name], log=layout.log_file(name), env=env,
-                    marks=celery_processes.worker_marks(queue),
-                ),
-            )  # fmt: skip
-    if FLOWER in wanted:
-        launch.ensure(
-            FLOWER,
-            start=lambda: _spawn(
-                celery_processes.flower_command(endpoint=addresses.flower, db=str(layout.flower_db)),
-                log=layout.log_file(FLOWER),
-                env=celery_processes.flower_env(settings, env),
-                marks=celery_processes.flower_marks(addresses.flower),
-            ),
-        )
-    nodenames = {name: celery_processes.worker_nodename(queue) for name, queue in WORKERS.items()}
+        if name in plan.wanted:
+            launch.ensure(name, start=functools.partial(
+                spawn, commands[name], log=layout.log_file(name),
+                env=celery_processes.worker_env(env, settings, queue),  # + the pool's metrics directory
+                marks=celery_processes.worker_marks(queue)))
+    if FLOWER in plan.wanted:
+        flower_at = plan.addresses.flower
+        launch.ensure(FLOWER, start=lambda: spawn(
+            celery_processes.flower_command(endpoint=flower_at, db=str(layout.flower_db)),
+            log=layout.log_file(FLOWER),
+            env=celery_processes.flower_env(settings, env),
+            marks=celery_processes.flower_marks(flower_at),
+        ))  # fmt: skip
+
+
+def _wait_for_celery(launch: Launch, plan: _Plan) -> None:
+    """Block until every wanted pool answers a ping through the broker and Flower serves its pages."""
+    nodenames = {name: celery_processes.worker_nodename(queue) for name, queue in WORKERS.items()
+                 if name in plan.wanted}
     answered: set[str] = set()
 
     def worker_answers(node: str) -> bool:
         # One ping to every pool not heard from yet: pinging them one by one would cost each silent
         # pool's full ping timeout in turn.
         if node not in answered:
-            pending = [n for name, n in nodenames.items() if name in wanted and n not in answered]
-            answered.update(celery_processes.answering_workers(settings.broker.url, pending))
+            pending = [n for n in nodenames.values() if n not in answered]
+            answered.update(celery_processes.answering_workers(plan.settings.broker.url, pending))
         return node in answered
 
     for name, nodename in nodenames.items():
-        if name in wanted:
-            launch.wait(name, functools.partial(worker_answers, nodename), deadline=deadline)
-    if FLOWER in wanted:
-        password = settings.flower.password.get_secret_value()
-        launch.wait(
-            FLOWER,
-            lambda: celery_processes.flower_ready(addresses.flower_url, user=settings.flower.user,
-                                                  password=password),
-            deadline=deadline,
-        )  # fmt: skip
-    if not launch.started:
-        progress("shardfuse stack: everything was already running; nothing started")
-    return launch.state
+        launch.wait(name, functools.partial(worker_answers, nodename), deadline=plan.deadline)
+    if FLOWER in plan.wanted:
+        flower = plan.settings.flower
+        url, password = plan.addresses.flower_url, flower.password.get_secret_value()
+        launch.wait(FLOWER, lambda: celery_processes.flower_ready(url, user=flower.user, password=password),
+                    deadline=plan.deadline)  # fmt: skip
 
 
 def down(settings: Settings, *, timeout: float = 30) -> list[str]:
@@ -163,7 +169,7 @@ def down(settings: Settings, *, timeout: float = 30) -> list[str]:
     layout = StackLayout(settings.data_path)
     if not layout.state_file.exists():
         return []
-    with _exclusive(layout):
+    with exclusive(layout):
         return _down(layout, timeout=timeout)
 
 
@@ -189,72 +195,8 @@ def _down(layout: StackLayout, *, timeout: float) -> list[str]:
         postgres_server.stop_postgres(layout, pid=postgres.pid, timeout=timeout)
         stopped.append(POSTGRES)
     remove_state(layout.state_file)
+    layout.settings_file.unlink(missing_ok=True)  # no process is left to read its secrets
     return stopped
-
-
-class _Launch:
-    """The state being built by one ``up`` call, saved after every change so that a failed ``up`` can
-    still be undone by ``down``."""
-
-    def __init__(self, *, state: StackState, layout: StackLayout, progress: Progress) -> None:
-        self.state = state
-        self.layout = layout
-        self.progress = progress
-        self.started: list[str] = []
-
-    def ensure(
-        self,
-        name: str,
-        *,
-        start: Callable[[], ComponentState],
-        find: Callable[[], ComponentState | None] | None = None,
-    ) -> None:
-        """Leave ``name`` alone if its recorded process runs, adopt it if ``find`` finds it, else start it."""
-        recorded = self.state.components.get(name)
-        if recorded is not None and recorded.is_alive():
-            self.progress(f"{name}: already running (pid {recorded.pid})")
-            return
-        found = find() if find is not None else None
-        if found is not None:
-            self.progress(f"{name}: found running (pid {found.pid}); adopting it")
-            self._record(name, found)
-            return
-        if recorded is not None:
-            self.progress(f"{name}: recorded pid {recorded.pid} is gone (or reused); restarting")
-            if recorded.has_processes():
-                # The leader died but left members (pool children) that would still consume tasks.
-                processes.stop_process_groups([recorded.pid], timeout=LEFTOVER_STOP_TIMEOUT_S)
-        self.progress(f"{name}: starting (log: {self.layout.log_file(name)})")
-        component = start()
-        self.started.append(name)
-        self._record(name, component)
-
-    def wait(self, name: str, ready: Callable[[], bool], *, deadline: float) -> None:
-        """Block until ``name`` answers; StackError naming its log file if it does not by ``deadline``."""
-        component = self.state.components[name]
-        wait_ready(name, ready, deadline=deadline, log=component.log, alive=component.is_alive)
-        self.progress(f"{name}: ready")
-
-    def _record(self, name: str, component: ComponentState) -> None:
-        self.state = self.state.with_component(name, component)
-        save_state(self.layout.state_file, self.state)
-
-
-@contextlib.contextmanager
-def _exclusive(layout: StackLayout) -> Iterator[None]:
-    """Hold the data dir's lock: two ``up``s racing would both start a Redis on the same port."""
-    layout.run_dir.mkdir(parents=True, exist_ok=True)
-    with open(layout.run_dir / "stack.lock", "a+b") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StackError(
-                f"another `shardfuse up`/`down` is working on {layout.data_dir}; wait for it to finish"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _select(only: Collection[str] | None) -> frozenset[str]:
@@ -295,24 +237,19 @@ def _current_state(settings: Settings, *, addresses: StackAddresses, layout: Sta
     )
 
 
-def _prepare_database(launch: _Launch, *, addresses: StackAddresses, deadline: float, password: str | None) -> None:
+def _prepare_database(launch: Launch, plan: _Plan, *, password: str | None) -> None:
     """Create the DSN's role (with its password), database and the vector extension, retrying while the
     server finishes starting."""
     log = launch.state.components[POSTGRES].log
+    target = plan.addresses.postgres
     while True:
         try:
-            postgres_server.ensure_database(addresses.postgres, socket_dir=launch.layout.postgres_socket_dir,
-                                            password=password)
+            postgres_server.ensure_database(target, socket_dir=launch.layout.postgres_socket_dir, password=password)
             return
         except psycopg.Error as exc:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= plan.deadline:
                 raise StackError(
-                    f"postgres: could not create database {addresses.postgres.dbname!r} "
+                    f"postgres: could not create database {target.dbname!r} "
                     f"with the vector extension ({exc}); see its log at {log}"
                 ) from exc
             time.sleep(0.25)
-
-
-def _spawn(argv: list[str], *, log: Path, env: dict[str, str], marks: tuple[str, ...]) -> ComponentState:
-    pid = processes.spawn_detached(argv, log=log, env=env)
-    return ComponentState(pid=pid, log=log, started_at=processes.process_started_at(pid), cmdline_marks=marks)

@@ -18,6 +18,7 @@ class StackLayout:
     ::
 
         <data_dir>/run/stack.json      recorded state (pids, logs, addresses)
+        <data_dir>/run/settings.json   the settings the workers and Flower run with (mode 0600)
         <data_dir>/run/redis.pid       Redis pidfile
         <data_dir>/run/postgres/       PostgreSQL unix socket (if the path is short enough)
         <data_dir>/logs/<name>.log     one log per component
@@ -39,6 +40,11 @@ class StackLayout:
     @property
     def state_file(self) -> Path:
         return self.run_dir / "stack.json"
+
+    @property
+    def settings_file(self) -> Path:
+        """The resolved settings ``up`` hands its workers and Flower (secrets included: mode 0600)."""
+        return self.run_dir / "settings.json"
 
     @property
     def redis_dir(self) -> Path:

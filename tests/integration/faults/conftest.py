@@ -5,7 +5,7 @@ Flower), so killing or stopping a component never disturbs another test. Around 
 corpus (:func:`make_corpus`); :class:`StreamPublisher`, which streams it through the real publisher and
 broker sink in a background thread and flushes again a message the broker refused (the sink keeps its
 events: what a user of the publisher would do); :func:`kill_tree` and :func:`restart` (``launcher.up(only=…)``
-with the stack's environment); :func:`drain` (``shardfuse wait``, stricter); :func:`snapshot` and
+with the stack's settings); :func:`drain` (``shardfuse wait``, stricter); :func:`snapshot` and
 :func:`assert_same_as_clean`, which read a zone's rows straight from every shard's ``documents`` and
 ``chunks`` with psycopg and compare them exactly with a clean run of the same corpus.
 
@@ -16,7 +16,6 @@ every hard limit) so that kombu's Redis transport gives back what a killed worke
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import shutil
 import tempfile
@@ -75,7 +74,7 @@ LOG_COPIES = Path(tempfile.gettempdir()) / "shardfuse-fault-logs"
 def own_stack(name: str, extra: dict[str, str] | None = None) -> Iterator[Stack]:
     """A whole stack for one test module: :data:`FAULT_OVERRIDES` plus ``extra``. Its component logs are
     copied to ``$TMPDIR/shardfuse-fault-logs/<name>/`` before it stops (its data dir is then deleted)."""
-    with running_stack({**FAULT_OVERRIDES, **(extra or {})}, keep_env=False) as stack:
+    with running_stack({**FAULT_OVERRIDES, **(extra or {})}) as stack:
         try:
             yield stack
         finally:
@@ -203,16 +202,10 @@ def kill_tree(stack: Stack, name: str) -> list[int]:
 
 
 def restart(stack: Stack, only: Collection[str], *, timeout: float = 120.0) -> float:
-    """``launcher.up(only=…)`` with the stack's environment (which the started workers inherit, and which
-    ``running_stack`` removed from this process once the stack was up); seconds it took."""
+    """``launcher.up(only=…)`` with the stack's settings (which it hands the workers it starts); seconds it
+    took."""
     started = time.monotonic()
-    saved = dict(os.environ)
-    os.environ.update(stack.env)
-    try:
-        stack.state = up(stack.settings, only=set(only), progress=lambda line: None, timeout=timeout)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    stack.state = up(stack.settings, only=set(only), progress=lambda line: None, timeout=timeout)
     return time.monotonic() - started
 
 
@@ -245,7 +238,7 @@ def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> None
     """Wait as ``shardfuse wait`` does, stricter: until no message waits or is unacknowledged in the ingest,
     embed and maintenance queues and every shard's BM25 generation is current (``monitor.pending_work``),
     and that stays so for ``quiet_s``. Unlike ``shardfuse wait`` it never re-sends a lost BM25 rebuild: the
-    maintenance worker must do that by itself (``shardfuse.workers.runtime._rebuild_watchdog``; counted by
+    maintenance worker must do that by itself (``shardfuse.workers.lifecycle._rebuild_watchdog``; counted by
     :func:`rebuilds_resent`). Raises :class:`ComponentDied` at once if a pipeline pool is gone, rather than
     waiting out ``timeout`` (a safety bound, not a measurement) for work nobody will do.
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,8 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 from pydantic import SecretStr
 
-from shardfuse.pipeline.config.settings import FlowerSettings, Settings, WorkerSettings
+from shardfuse.pipeline.config.handoff import RESOLVED_SETTINGS_ENV, read_settings_file
+from shardfuse.pipeline.config.settings import FlowerSettings, Settings, WorkerSettings, load_settings
 from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.workers.broker.serialization import JSON_ONLY
 from shardfuse.workers.cli import main as cli_main
@@ -37,6 +40,7 @@ SETTINGS = Settings(
     flower=FlowerSettings(user="ops", password=SecretStr("fl0wer-s3cret")),
 )
 EXPECTED_CONCURRENCY = {Queue.INGEST: 3, Queue.EMBED: 11, Queue.MAINTENANCE: 2, Queue.QUERY: 6}
+SETTINGS_FILE = Path("/tmp/shardfuse-settings-test.json")
 
 
 def option(argv: list[str], name: str) -> str:
@@ -50,7 +54,7 @@ def option(argv: list[str], name: str) -> str:
 
 @pytest.mark.parametrize("queue", list(Queue))
 def test_worker_runs_the_queue_pool_the_embedded_stack_runs(queue: Queue) -> None:
-    spec = serve.worker_exec(queue, SETTINGS, base_env={})
+    spec = serve.worker_exec(queue, SETTINGS, base_env={}, settings_file=SETTINGS_FILE)
     assert spec.argv[:6] == [sys.executable, "-m", "celery", "-A", celery_processes.CELERY_APP, "worker"]
     assert Path(spec.argv[0]).is_file()  # exec needs a path, not a name looked up on PATH
     assert option(spec.argv, "-Q") == queue.value
@@ -62,21 +66,22 @@ def test_worker_runs_the_queue_pool_the_embedded_stack_runs(queue: Queue) -> Non
 
 
 def test_worker_concurrency_and_log_level_options_win() -> None:
-    spec = serve.worker_exec(Queue.EMBED, SETTINGS, base_env={}, concurrency=4, loglevel="DEBUG")
+    spec = serve.worker_exec(Queue.EMBED, SETTINGS, base_env={}, settings_file=SETTINGS_FILE, concurrency=4,
+                             loglevel="DEBUG")
     assert option(spec.argv, "-c") == "4"
     assert option(spec.argv, "--loglevel") == "DEBUG"
 
 
-def test_worker_environment_carries_the_settings_variables() -> None:
+def test_worker_environment_names_the_settings_file_not_the_settings_variables() -> None:
     base = {"SHARDFUSE_BROKER__URL": "redis://:pw@redis:6379/0", "SHARDFUSE_CONFIG": "/etc/shardfuse/shardfuse.toml",
             "PATH": "/usr/bin"}
-    spec = serve.worker_exec(Queue.INGEST, SETTINGS, base_env=base)
-    assert {name: spec.env[name] for name in base} == base
+    spec = serve.worker_exec(Queue.INGEST, SETTINGS, base_env=base, settings_file=SETTINGS_FILE)
+    assert spec.env == {"PATH": "/usr/bin", RESOLVED_SETTINGS_ENV: str(SETTINGS_FILE)}
     assert "pw" not in " ".join(spec.argv)
 
 
-def test_worker_command_execs_with_the_settings_concurrency(monkeypatch: pytest.MonkeyPatch) -> None:
-    ran = record_exec(monkeypatch)
+def test_worker_command_execs_with_the_settings_concurrency(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ran = record_exec(monkeypatch, tmp_path)
     monkeypatch.setenv("SHARDFUSE_WORKERS__MAINTENANCE_CONCURRENCY", "3")
     with pytest.raises(Execed):
         cli_main.main(["worker", "maintenance", "--loglevel", "warning"])
@@ -84,11 +89,30 @@ def test_worker_command_execs_with_the_settings_concurrency(monkeypatch: pytest.
     assert option(spec.argv, "-Q") == "maintenance"
     assert option(spec.argv, "-c") == "3"
     assert option(spec.argv, "--loglevel") == "WARNING"
-    assert spec.env["SHARDFUSE_WORKERS__MAINTENANCE_CONCURRENCY"] == "3"  # the worker reads the same settings
+    assert handed_over(spec).workers.maintenance_concurrency == 3  # the worker runs with the same settings
 
 
-def test_worker_command_line_option_overrides_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    ran = record_exec(monkeypatch)
+def test_config_and_data_dir_options_reach_the_exec_d_worker_without_touching_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ran = record_exec(monkeypatch, tmp_path)
+    config = tmp_path / "site.toml"
+    config.write_text('shards = 3\n[flower]\npassword = "from-the-file"\n')
+    monkeypatch.setenv("SHARDFUSE_EMBEDDER__PROVIDER", "hashing")
+    monkeypatch.chdir(tmp_path)
+    before = dict(os.environ)
+    with pytest.raises(Execed):
+        cli_main.main(["--config", str(config), "--data-dir", "data", "worker", "ingest"])
+    assert dict(os.environ) == before
+    settings = handed_over(ran[0])
+    assert settings == load_settings(config, data_dir=tmp_path / "data")
+    assert (settings.shards, settings.data_dir, settings.embedder.provider) == (3, tmp_path / "data", "hashing")
+    assert settings.flower.password.get_secret_value() == "from-the-file"
+    assert not any(name.startswith("SHARDFUSE_") for name in ran[0].env if name != RESOLVED_SETTINGS_ENV)
+
+
+def test_worker_command_line_option_overrides_the_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ran = record_exec(monkeypatch, tmp_path)
     monkeypatch.setenv("SHARDFUSE_WORKERS__QUERY_CONCURRENCY", "3")
     with pytest.raises(Execed):
         cli_main.main(["worker", "query", "--concurrency", "9"])
@@ -113,39 +137,40 @@ def test_exec_replaces_the_process_with_the_program_and_its_environment(monkeypa
 
 
 def test_flower_is_persistent_under_the_data_dir_with_the_password_only_in_its_environment() -> None:
-    spec = serve.flower_exec(SETTINGS, base_env={"SHARDFUSE_DATA_DIR": "/srv/shardfuse-data"})
+    spec = serve.flower_exec(SETTINGS, base_env={"SHARDFUSE_DATA_DIR": "/srv/shardfuse-data"},
+                             settings_file=SETTINGS_FILE)
     assert spec.argv[:6] == [sys.executable, "-m", "celery", "-A", celery_processes.CELERY_APP, "flower"]
     assert "--persistent=True" in spec.argv
     assert "--db=/srv/shardfuse-data/flower/flower.db" in spec.argv
     assert "--address=0.0.0.0" in spec.argv and "--port=5555" in spec.argv
     assert "fl0wer-s3cret" not in " ".join(spec.argv)
-    assert spec.env["FLOWER_BASIC_AUTH"] == "ops:fl0wer-s3cret"
-    assert spec.env["SHARDFUSE_DATA_DIR"] == "/srv/shardfuse-data"
+    assert spec.env == {"FLOWER_BASIC_AUTH": "ops:fl0wer-s3cret", RESOLVED_SETTINGS_ENV: str(SETTINGS_FILE)}
 
 
 def test_flower_address_port_and_db_options(tmp_path: Path) -> None:
-    spec = serve.flower_exec(SETTINGS, base_env={}, address="127.0.0.1", port=8080, db=str(tmp_path / "f.db"))
+    spec = serve.flower_exec(SETTINGS, base_env={}, settings_file=SETTINGS_FILE, address="127.0.0.1", port=8080,
+                             db=str(tmp_path / "f.db"))
     assert {"--address=127.0.0.1", "--port=8080", f"--db={tmp_path / 'f.db'}"} <= set(spec.argv)
 
 
 def test_flower_refuses_an_empty_password() -> None:
     settings = Settings(flower=FlowerSettings(user="ops", password=SecretStr("")))
     with pytest.raises(ConfigurationError, match="SHARDFUSE_FLOWER__PASSWORD"):
-        serve.flower_exec(settings, base_env={})
+        serve.flower_exec(settings, base_env={}, settings_file=SETTINGS_FILE)
 
 
 def test_flower_command_with_an_empty_password_exits_2_without_starting_flower(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    ran = record_exec(monkeypatch)
+    ran = record_exec(monkeypatch, tmp_path)
     monkeypatch.setenv("SHARDFUSE_FLOWER__PASSWORD", "")
     assert cli_main.main(["flower"]) == 2
-    assert ran == []
+    assert ran == [] and list(tmp_path.iterdir()) == []  # no settings file written either
     assert "SHARDFUSE_FLOWER__PASSWORD" in capsys.readouterr().err
 
 
 def test_flower_command_creates_the_folder_of_its_db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    ran = record_exec(monkeypatch)
+    ran = record_exec(monkeypatch, tmp_path)
     monkeypatch.setenv("SHARDFUSE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("SHARDFUSE_FLOWER__PASSWORD", "not-the-default")
     with pytest.raises(Execed):
@@ -153,6 +178,7 @@ def test_flower_command_creates_the_folder_of_its_db(monkeypatch: pytest.MonkeyP
     assert (tmp_path / "data" / "flower").is_dir()
     assert f"--db={tmp_path / 'data' / 'flower' / 'flower.db'}" in ran[0].argv
     assert ran[0].env["FLOWER_BASIC_AUTH"].endswith(":not-the-default")
+    assert handed_over(ran[0]).data_dir == tmp_path / "data"
 
 
 # -- argument checking -------------------------------------------------------------------------------------
@@ -240,8 +266,16 @@ class Execed(Exception):
     """Raised by the recorder in place of replacing the test process."""
 
 
-def record_exec(monkeypatch: pytest.MonkeyPatch) -> list[serve.Exec]:
-    """Replace ``serve._exec`` (never exec from a test: it would replace pytest) with a recorder."""
+def handed_over(spec: serve.Exec) -> Settings:
+    """The settings an exec'd process would run with: the file its environment names (private to its user)."""
+    path = Path(spec.env[RESOLVED_SETTINGS_ENV])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    return read_settings_file(path)
+
+
+def record_exec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[serve.Exec]:
+    """Replace ``serve._exec`` (never exec from a test: it would replace pytest) with a recorder; the settings
+    files the handlers write go to ``tmp_path``."""
     ran: list[serve.Exec] = []
 
     def fake(spec: serve.Exec) -> None:
@@ -249,6 +283,7 @@ def record_exec(monkeypatch: pytest.MonkeyPatch) -> list[serve.Exec]:
         raise Execed
 
     monkeypatch.setattr(serve, "_exec", fake)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     for name in [name for name in os.environ if name.startswith("SHARDFUSE_")]:
         monkeypatch.delenv(name)
     return ran

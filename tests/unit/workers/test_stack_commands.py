@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from shardfuse.pipeline.config.handoff import RESOLVED_SETTINGS_ENV
 from shardfuse.pipeline.config.settings import FlowerSettings, Settings, WorkerSettings
 from shardfuse.workers.names import QUEUE_POOLS, Queue
 from shardfuse.workers.stack import COMPONENTS, celery_processes, launcher, postgres_server, redis_server
@@ -89,18 +90,12 @@ def test_flower_command_keeps_the_password_off_the_command_line() -> None:
     assert env == {"PATH": "/bin", "FLOWER_BASIC_AUTH": "ops:s3cret"}
 
 
-def test_celery_env_puts_the_source_root_on_pythonpath(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(celery_processes, "SOURCE_ROOT", Path("/src/shardfuse"))
-    env = celery_processes.celery_env({"PYTHONPATH": "/extra", "SHARDFUSE_SHARDS": "4"})
-    assert env["PYTHONPATH"] == os.pathsep.join(["/src/shardfuse", "/extra"])
-    assert env["SHARDFUSE_SHARDS"] == "4"
-    assert celery_processes.celery_env(env)["PYTHONPATH"] == env["PYTHONPATH"]  # not added twice
-
-
-def test_celery_env_copies_instead_of_mutating() -> None:
-    base = {"A": "1"}
-    celery_processes.celery_env(base)
-    assert base == {"A": "1"}
+def test_child_env_names_the_settings_file_instead_of_passing_settings_variables() -> None:
+    base = {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "SHARDFUSE_SHARDS": "4", "SHARDFUSE_CONFIG": "/etc/s.toml",
+            "shardfuse_broker__url": "redis://:pw@h/0"}
+    env = celery_processes.child_env(base, Path("/data/run/settings.json"))
+    assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", RESOLVED_SETTINGS_ENV: "/data/run/settings.json"}
+    assert base["SHARDFUSE_SHARDS"] == "4"  # a copy: the launcher's own environment is untouched
 
 
 def test_redis_command(tmp_path: Path) -> None:
@@ -151,6 +146,7 @@ def test_layout(tmp_path: Path) -> None:
     assert layout.pgdata == tmp_path / "data" / "postgres"
     assert layout.redis_dir.is_dir() and layout.pgdata.is_dir() and layout.flower_db.parent.is_dir()
     assert layout.log_file("worker-ingest") == tmp_path / "data" / "logs" / "worker-ingest.log"
+    assert layout.settings_file == tmp_path / "data" / "run" / "settings.json"
 
 
 def test_socket_dir_falls_back_when_the_path_is_too_long() -> None:

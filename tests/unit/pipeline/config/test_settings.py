@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import threading
 import tomllib
 from pathlib import Path
 
@@ -14,16 +16,13 @@ DEFAULT_TOML = REPO / "config" / "default.toml"
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
     for key in list(os.environ):
         if key.startswith("SHARDFUSE_"):
             monkeypatch.delenv(key)
 
 
-def test_default_toml_spells_out_the_builtin_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_toml_spells_out_the_builtin_defaults() -> None:
     from_file = load_settings(DEFAULT_TOML)
-    monkeypatch.delenv(CONFIG_ENV)
     assert from_file.model_dump() == Settings().model_dump()
     # ...and names every section the settings object has, so nothing is configurable only by surprise.
     assert set(tomllib.loads(DEFAULT_TOML.read_text())) == set(Settings.model_fields)
@@ -84,3 +83,53 @@ def test_zone_profiles_override_fusion_defaults_per_zone(tmp_path: Path, monkeyp
     config.write_text('[query.zone_profiles."code"]\nfusion = "borda"\n')
     with pytest.raises(ConfigurationError):
         load_settings()
+
+
+def test_loading_settings_never_writes_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "site.toml"
+    config.write_text("shards = 4\n")
+    before = dict(os.environ)
+    settings = load_settings(config, data_dir=tmp_path / "data")
+    assert settings.shards == 4 and settings.data_dir == tmp_path / "data"
+    assert dict(os.environ) == before
+
+
+def test_the_file_argument_wins_over_shardfuse_config_which_is_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    named, given = tmp_path / "named.toml", tmp_path / "given.toml"
+    named.write_text("shards = 5\n[flower]\nuser = \"named\"\n")
+    given.write_text("shards = 6\n")
+    monkeypatch.setenv(CONFIG_ENV, str(named))
+    assert load_settings().shards == 5  # compose, k8s and the image name the file this way
+    settings = load_settings(given)
+    assert settings.shards == 6 and settings.flower.user == "shardfuse"  # nothing of the other file
+    assert os.environ[CONFIG_ENV] == str(named)
+
+
+def test_keyword_overrides_win_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDFUSE_SHARDS", "3")
+    monkeypatch.setenv("SHARDFUSE_EMBEDDER__MODEL", "from-env")
+    settings = load_settings(shards=7, embedder={"provider": "hashing"})
+    assert settings.shards == 7
+    assert settings.embedder.provider is EmbedderProvider.HASHING and settings.embedder.model == "from-env"
+
+
+def test_threads_loading_different_files_each_get_their_own(tmp_path: Path) -> None:
+    files = []
+    for shards in range(1, 9):
+        files.append(tmp_path / f"s{shards}.toml")
+        files[-1].write_text(f"shards = {shards}\n")
+    loaded: dict[int, list[int]] = {}
+    barrier = threading.Barrier(len(files))
+
+    def load(index: int) -> None:
+        barrier.wait()
+        loaded[index] = [load_settings(files[index]).shards for _ in range(20)]
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(len(files))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert loaded == {i: [i + 1] * 20 for i in range(len(files))}

@@ -1,0 +1,94 @@
+"""Where shardfuse keeps things: the broker, PostgreSQL, the CAS, and each shard's vector and BM25 indexes
+(sections of :class:`shardfuse.pipeline.config.settings.Settings`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from shardfuse.pipeline.config.redaction import redact_dsn, redact_url
+from shardfuse.pipeline.config.section import Section as _Section
+
+
+class BrokerSettings(_Section):
+    url: str = "redis://127.0.0.1:16379/0"
+    result_backend: str = "redis://127.0.0.1:16379/1"
+    # Must exceed the longest task's hard time limit, or Redis redelivers a message that is still running.
+    visibility_timeout_s: int = 3600
+    # Write events a publisher packs into one ingest message; the ingest stage passes the documents of a
+    # message on to the embed stage as one message too. Fewer, larger messages cost the broker and the
+    # workers less per document; 1 publishes every event on its own.
+    events_per_message: int = Field(default=16, ge=1, le=1000)
+
+    @property
+    def display_url(self) -> str:
+        """``url`` fit to print: its password masked."""
+        return redact_url(self.url)
+
+    def __repr_args__(self) -> Any:  # the URLs' passwords never reach a repr, str or log line
+        return [(k, redact_url(v) if k in ("url", "result_backend") else v) for k, v in super().__repr_args__()]
+
+
+class PostgresSettings(_Section):
+    dsn: str = "postgresql://postgres@127.0.0.1:15432/shardfuse"
+    # One DSN per shard; empty means every shard is a schema in ``dsn``.
+    shard_dsns: list[str] = Field(default_factory=list)
+    pool_min_size: int = 1
+    pool_max_size: int = 8
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:  # the DSNs' passwords never reach a repr
+        for key, value in super().__repr_args__():
+            if key == "dsn":
+                yield key, redact_dsn(value)
+            elif key == "shard_dsns":
+                yield key, [redact_dsn(dsn) for dsn in value]
+            else:
+                yield key, value
+
+
+class CasSettings(_Section):
+    # Relative paths are taken under ``data_dir``.
+    root: Path = Path("cas")
+
+
+VectorStorage = Literal["auto", "vector", "halfvec"]
+
+
+class VectorIndexSettings(_Section):
+    """Each shard's HNSW index (see :mod:`shardfuse.pipeline.index.store.vector_index`)."""
+
+    # The type of new shards' embedding columns: "auto" is halfvec (2 bytes a dimension) where the server's
+    # pgvector is 0.7 or newer, else vector; "halfvec" refuses an older server. A shard keeps its type.
+    storage: VectorStorage = "auto"
+    # Graph parameters of new indexes (pgvector's defaults).
+    m: int = Field(default=16, ge=2, le=100)
+    ef_construction: int = Field(default=64, ge=4, le=1000)
+    # Bulk loads: a load of at least this many rows coming at a shard, and large next to it, is written
+    # without the index, which is built once the queues are empty (0 never defers).
+    defer_min_rows: int = Field(default=2000, ge=0)
+    # The deferred build: memory (maintenance_work_mem), parallel workers (0: one less than this machine's
+    # cores, at least 1), and how long the queues must stay empty before it starts.
+    build_memory_mb: int = Field(default=512, ge=64)
+    build_parallel_workers: int = Field(default=0, ge=0)
+    build_debounce_s: float = Field(default=5.0, ge=0)
+
+
+class Bm25Settings(_Section):
+    # Relative paths are taken under ``data_dir``.
+    dir: Path = Path("bm25")
+    k1: float = 1.5
+    b: float = 0.75
+    # English Snowball stemming of BM25 tokens (index and query alike; changing it rebuilds the indexes).
+    stemming: bool = True
+    rebuild_debounce_s: float = Field(default=1.0, ge=0)
+    keep_generations: int = Field(default=2, ge=1)
+    # Fresh writes go to a delta segment this long after their commit (pipeline/index/lexical/updates.py); the
+    # delta is merged into a new generation (a full rebuild, paced by ``rebuild_debounce_s``) once it holds
+    # more than ``delta_max_chunks`` chunks (or a quarter of the generation's) or the generation is older
+    # than ``merge_after_s``.
+    delta_debounce_s: float = Field(default=0.1, ge=0)
+    delta_max_chunks: int = Field(default=20_000, ge=1)
+    merge_after_s: float = Field(default=3600.0, gt=0)

@@ -1,0 +1,112 @@
+"""A worker process's life cycle, wired to Celery's signals: warm the runtime up before the first task,
+watch deliveries (claim what this worker holds, release what dead workers held), and close everything on
+shutdown. The resources themselves are in :mod:`shardfuse.workers.runtime`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from celery import Celery, signals
+from celery.concurrency.prefork import TaskPool as PreforkPool
+
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers import monitor
+from shardfuse.workers.broker.redelivery import DeliveryWatch
+from shardfuse.workers.names import Queue
+from shardfuse.workers.names import Task as TaskName
+from shardfuse.workers.runtime import RuntimeHolder
+
+log = logging.getLogger(__name__)
+# The interpreter's switch interval in worker processes (Python's default is 5 ms).
+SWITCH_INTERVAL_S = 0.0005
+
+
+def _consumed_queues(app: Celery) -> list[str]:
+    return sorted(app.amqp.queues.consume_from or app.amqp.queues)
+
+
+def connect_signals(app: Celery) -> None:
+    """Connect this worker app's life cycle (below) to Celery's signals; once per process."""
+    holder: RuntimeHolder = app.shardfuse_runtime
+    watch: list[DeliveryWatch] = []
+
+    def child_started(**_: Any) -> None:
+        holder.get().warm_up(_consumed_queues(app))
+
+    def worker_starting(**_: Any) -> None:
+        # A thread pool's consumer loop is I/O-bound: after each socket read it needs the GIL back, and with
+        # the default 5 ms switch interval a busy task thread keeps it that long every time. Hand it over
+        # sooner.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+    def worker_ready(sender: Any = None, **_: Any) -> None:
+        # Prefork children warm up in worker_process_init; thread and solo pools run tasks right here.
+        if not isinstance(getattr(sender, "pool", None), PreforkPool):
+            holder.get().warm_up(_consumed_queues(app))
+        # The process that talks to the broker claims what it holds and releases what dead workers held.
+        delivery = holder.settings.delivery
+        client = redis.Redis.from_url(holder.settings.broker.url)
+        watch.append(DeliveryWatch(client, interval_s=delivery.heartbeat_s, dead_after_s=delivery.dead_after_s,
+                                   restore=_restorer(app)).start())
+        if Queue.MAINTENANCE.value in _consumed_queues(app):
+            watch[-1].heartbeat.on_beat(_rebuild_watchdog(app, holder.settings, client))
+
+    def stopping(**_: Any) -> None:
+        # A prefork child forked after worker_ready inherits the list: only the process that started the
+        # watch may stop it (stopping deletes its liveness and claims).
+        while watch and watch[-1].pid == os.getpid():
+            watch.pop().stop()
+        holder.close()
+
+    receivers = [
+        (signals.worker_process_init, child_started),
+        (signals.worker_init, worker_starting),
+        (signals.worker_ready, worker_ready),
+        (signals.worker_process_shutdown, stopping),
+        (signals.worker_shutdown, stopping),
+    ]
+    for signal, receiver in receivers:
+        signal.connect(receiver, weak=False)
+
+
+def _rebuild_watchdog(app: Celery, settings: Settings, client: redis.Redis) -> Callable[[], None]:
+    """A maintenance worker's beat: send the rebuild of a shard left behind with no maintenance work
+    anywhere (:class:`shardfuse.workers.monitor.LostRebuilds`: its message was lost while the broker was down), so
+    it is searchable by keyword again without waiting for the next write to it or a ``shardfuse wait``."""
+    lost = monitor.LostRebuilds(settings)
+
+    def check() -> None:
+        # unacked holds whole messages: read it (pending_work) only when some shard is behind.
+        state = (monitor.pending_work(settings, client) if monitor.stale_shards(settings, client)
+                 else {"stale_shards": [], "pending": {}})
+        for shard in lost.due(state, time.monotonic()):
+            log.warning("shard %d's BM25 index is behind and no rebuild is queued: sending one", shard)
+            app.send_task(TaskName.BM25_REBUILD.value, kwargs={"shard": shard})
+
+    return check
+
+
+def _restorer(app: Celery) -> Callable[[str], None]:
+    """Put an unacked message back on its queue by delivery tag, through kombu's own transaction."""
+    connection: list[Any] = []
+    lock = threading.Lock()
+
+    def restore(tag: str) -> None:
+        with lock:
+            if not connection:
+                connection.append(app.connection_for_write())
+            try:
+                connection[0].default_channel.qos.restore_by_tag(tag)
+            except Exception:
+                connection.pop().release()  # a fresh connection next time
+                raise
+
+    return restore
