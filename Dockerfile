@@ -89,7 +89,10 @@ RUN echo "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7  /opt
     && shardfuse --help > /dev/null
 
 # The data dir (CAS, BM25 shards, ONNX exports, Flower's db) is shared by the workers and the CLI: a volume.
+# SHARDFUSE_CONFIG names /etc/shardfuse/shardfuse.toml, and a named file that is missing is an error (a failed
+# mount must not run on the defaults): the image ships an empty one that a mount replaces.
 RUN mkdir -p /var/lib/shardfuse /etc/shardfuse \
+    && printf '# settings: mount a TOML file here (config/compose.toml, config/k8s.toml)\n' > /etc/shardfuse/shardfuse.toml \
     && chown 10001:10001 /var/lib/shardfuse
 VOLUME ["/var/lib/shardfuse"]
 WORKDIR /var/lib/shardfuse

@@ -218,12 +218,14 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     environment is only read: processes started with these settings get them from the launcher
     (:mod:`shardfuse.pipeline.config.handoff`), keyword overrides included.
     """
+    named = Path(config_file) if config_file is not None else config_file_from_env()
     path = None
-    if config_file is not None:
-        path = Path(config_file).expanduser().resolve()
+    if named is not None:
+        path = named.expanduser().resolve()
         if not path.is_file():
-            raise ConfigurationError(f"config file {path} does not exist")
-    token = _SOURCES.set(_Sources(config_file=path or config_file_from_env()))
+            source = "--config" if config_file is not None else CONFIG_ENV
+            raise ConfigurationError(f"config file {path} does not exist (named by {source})")
+    token = _SOURCES.set(_Sources(config_file=path))
     try:
         return Settings(**overrides)
     except ValueError as exc:  # pydantic's ValidationError, or a TOML syntax error

@@ -43,8 +43,13 @@ def test_environment_overrides_file_which_overrides_defaults(
 
 
 def test_bad_settings_are_configuration_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigurationError, match="does not exist"):
+    with pytest.raises(ConfigurationError, match=r"does not exist \(named by --config\)"):
         load_settings(tmp_path / "missing.toml")
+    # A deployment's SHARDFUSE_CONFIG pointing at nothing (a mount that failed) is an error, not the defaults.
+    monkeypatch.setenv("SHARDFUSE_CONFIG", str(tmp_path / "unmounted.toml"))
+    with pytest.raises(ConfigurationError, match="unmounted.toml does not exist \\(named by SHARDFUSE_CONFIG\\)"):
+        load_settings()
+    monkeypatch.delenv("SHARDFUSE_CONFIG")
     monkeypatch.setenv("SHARDFUSE_CHUNKING__OVERLAP_TOKENS", "600")
     with pytest.raises(ConfigurationError, match="overlap"):
         load_settings()
