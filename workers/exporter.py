@@ -1,33 +1,34 @@
-"""The Prometheus collector of ``shardfuse exporter``: at every scrape, the totals every process flushed to
-Redis (:mod:`shardfuse.pipeline.observability.metrics`) plus gauges read live from the broker, the BM25 manifests and
-PostgreSQL.
+"""The Prometheus collector of ``shardfuse exporter``: the deployment's state, read afresh at every scrape
+from the broker's Redis, the BM25 manifests and PostgreSQL (queue depths and ages, messages held by dead
+workers, BM25 lag, deferred vector indexes, dead letters).
 
-Names are ``shardfuse_*``; counters end in ``_total``, durations in ``_seconds``. A part that cannot be
-read (Redis or PostgreSQL down) is left out of the scrape and ``shardfuse_up{component}`` says 0: a scrape
-never fails with a 500 because what it watches is down.
+It serves gauges only, of state every process shares: one exporter serves a whole deployment. What the
+processes count (events, embeddings, provider calls, query durations) each worker pool serves itself at
+its own ``/metrics`` (:mod:`shardfuse.workers.observability`), where Prometheus scrapes it and adds the
+pools up; the exporter never repeats those counts, so no sum can count them twice.
+
+Names are ``shardfuse_*``. A part that cannot be read (Redis or PostgreSQL down) is left out of the
+scrape and ``shardfuse_up{component}`` says 0: a scrape never fails with a 500 because what it watches is
+down.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import redis
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from shardfuse.pipeline.admin.dead_letters import dead_letter_count
 from shardfuse.pipeline.config.settings import Settings
-from shardfuse.pipeline.core.errors import ShardfuseError
+from shardfuse.pipeline.core.errors import SchemaMissingError, ShardfuseError
 from shardfuse.pipeline.index.store import vector_index
 from shardfuse.pipeline.index.store.schema import shard_schema
-from shardfuse.pipeline.observability import metrics
-from shardfuse.pipeline.observability.metric_totals import MetricTotals, label_names, read_totals
-from shardfuse.pipeline.observability.metrics import Series
 from shardfuse.workers import monitor
 from shardfuse.workers.broker.inbox import UNREADABLE_KEY
 from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
@@ -37,41 +38,6 @@ log = logging.getLogger(__name__)
 NAMESPACE = "shardfuse"
 # A scrape waits this long at most for PostgreSQL to accept a connection.
 CONNECT_TIMEOUT_S = 3
-V = TypeVar("V")
-
-
-def totals_families(totals: MetricTotals) -> list[Metric]:
-    """Every counter and histogram series flushed to Redis, as metric families."""
-    families: list[Metric] = []
-    for name, keys, rows in _by_metric(totals.counters):
-        family = CounterMetricFamily(f"{NAMESPACE}_{name}", metrics.HELP.get(name, name), labels=keys)
-        for values, value in rows:
-            family.add_metric(values, value)
-        families.append(family)
-    for name, keys, hist_rows in _by_metric(totals.histograms):
-        histogram = HistogramMetricFamily(f"{NAMESPACE}_{name}", metrics.HELP.get(name, name), labels=keys)
-        for values, hist in hist_rows:
-            histogram.add_metric(values, [(floatToGoString(bound), count) for bound, count in hist.buckets], hist.sum)
-        families.append(histogram)
-    ratio = GaugeMetricFamily(f"{NAMESPACE}_embedding_cache_hit_ratio",
-                              "Share of distinct chunk texts the embedding cache answered, since counting began.",
-                              labels=["model"])
-    for model in sorted(totals.breakdown(metrics.EMBEDDING_CACHE_HITS, "model")):
-        hits = totals.counter(metrics.EMBEDDING_CACHE_HITS, model=model)
-        looked_up = hits + totals.counter(metrics.EMBEDDING_CACHE_MISSES, model=model)
-        if looked_up:
-            ratio.add_metric([model], hits / looked_up)
-    families.append(ratio)
-    return families
-
-
-def _by_metric(series: Mapping[Series, V]) -> Iterator[tuple[str, list[str], list[tuple[list[str], V]]]]:
-    """Per metric name: the label names its series use, and each series' label values (in that order; "" for
-    a label the series lacks) with its value."""
-    for name in sorted({n for n, _ in series}):
-        mine = sorted(((labels, value) for (n, labels), value in series.items() if n == name), key=lambda row: row[0])
-        keys = label_names((name, labels) for labels, _ in mine)
-        yield name, keys, [([dict(labels).get(k, "") for k in keys], value) for labels, value in mine]
 
 
 def _gauge(name: str, documentation: str, labels: list[str] | None = None) -> GaugeMetricFamily:
@@ -144,7 +110,7 @@ def database_families(settings: Settings) -> list[Metric]:
         try:
             shared: Any = _OneConnection(connect(settings.postgres.dsn))
             dead.add_metric([], dead_letter_count(shared))
-        except psycopg.errors.UndefinedTable:
+        except SchemaMissingError:
             dead.add_metric([], 0)  # no worker has created the shared tables yet
         for shard in range(settings.shards):
             try:
@@ -169,8 +135,7 @@ class ShardfuseCollector(Collector):
         up = _gauge("up", "1 when the exporter could read the component at this scrape.", ["component"])
         families: list[Metric] = []
         try:
-            from_redis = totals_families(read_totals(self._client))
-            families += from_redis + broker_families(self._settings, self._client)
+            families += broker_families(self._settings, self._client)
             up.add_metric(["redis"], 1)
         except (redis.RedisError, OSError, ShardfuseError) as exc:
             log.warning("scrape: cannot read Redis at %s: %s", self._settings.broker.display_url, exc)

@@ -6,14 +6,16 @@ from typing import Any
 
 import psycopg
 import redis
+from prometheus_client import Counter
 
 from shardfuse.pipeline.admin.dead_letters import dead_letter_count, recent_dead_letters
 from shardfuse.pipeline.config.settings import Settings
-from shardfuse.pipeline.core.errors import ShardfuseError
+from shardfuse.pipeline.core.errors import SchemaMissingError, ShardfuseError, StoreUnavailableError
 from shardfuse.pipeline.index.store import ShardPools
 from shardfuse.pipeline.index.store.inspection import chunk_quality
 from shardfuse.pipeline.observability import metrics
-from shardfuse.pipeline.observability.metric_totals import MetricTotals, read_totals
+from shardfuse.pipeline.observability.endpoint_directory import EndpointDirectory, scrape
+from shardfuse.pipeline.observability.metric_totals import MetricTotals, add_up, parse_scrape
 from shardfuse.workers import monitor
 from shardfuse.workers.broker.inbox import UNREADABLE_KEY
 from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
@@ -42,10 +44,8 @@ def collect_status(settings: Settings, *, state: StackState | None) -> dict[str,
         # Messages that were no kombu envelope at all, kept aside by the transport (shardfuse.workers.broker.inbox).
         status["unreadable_messages"] = int(client.llen(UNREADABLE_KEY))
         status["bm25"] = monitor.bm25_lag(settings, client)
-        # Totals every process flushed (shardfuse.pipeline.observability.metrics): what `shardfuse exporter` serves,
-        # summed up.
-        status["metrics"] = metrics_summary(read_totals(client))
-    except redis.RedisError as exc:
+        status.update(pool_metrics(settings, client))
+    except (redis.RedisError, ShardfuseError) as exc:  # the monitor's views translate theirs; llen does not
         status["broker_error"] = str(exc)
     try:
         status.update(_database_status(settings))
@@ -75,22 +75,38 @@ def _database_status(settings: Settings) -> dict[str, Any]:
                 skipped.extend({"shard": store.shard, **row} for row in store.skipped_documents(limit=10))
                 if store.vector_index_deferred():
                     deferred.append(store.shard)
-            except psycopg.errors.UndefinedTable:
+            except SchemaMissingError:
                 zones = []  # no worker has created this shard's tables yet
             shards.append({"shard": store.shard, "zones": zones})
         try:
             dead = dead_letter_count(pools.shared)
             failed = recent_dead_letters(pools.shared, limit=10)
-        except psycopg.errors.UndefinedTable:
+        except SchemaMissingError:
             dead, failed = 0, []
         return {"shard_counts": shards, "skipped": skipped, "dead_letters": dead, "failed": failed,
                 "vector_index_deferred": deferred}
 
 
+def pool_metrics(settings: Settings, client: redis.Redis) -> dict[str, Any]:
+    """What the worker pools counted: every pool's ``/metrics`` (announced in Redis,
+    :mod:`shardfuse.pipeline.observability.endpoint_directory`) scraped and added up, and which endpoints
+    were read. A pool that cannot be read is listed with the reason and left out of the sums."""
+    endpoints = EndpointDirectory(client, stale_after_s=settings.delivery.dead_after_s).endpoints()
+    scrapes, read = [], []
+    for endpoint in endpoints:
+        row: dict[str, Any] = {"node": endpoint.node, "url": endpoint.url}
+        try:
+            scrapes.append(parse_scrape(scrape(endpoint.url)))
+        except (StoreUnavailableError, ValueError) as exc:  # ValueError: not Prometheus's text format
+            row["error"] = str(exc)
+        read.append(row)
+    return {"metrics": metrics_summary(add_up(scrapes)), "metrics_endpoints": read}
+
+
 def metrics_summary(totals: MetricTotals) -> dict[str, Any]:
-    """The counters an operator reads first, summed over every process since counting began."""
-    def total(name: str, **labels: object) -> int:
-        return round(totals.counter(name, **labels))
+    """The counters an operator reads first, summed over the pools' processes since each pool started."""
+    def total(counter: Counter, **labels: object) -> int:
+        return round(totals.counter(counter, **labels))
 
     by_stage = {stage: {outcome: round(n) for outcome, n in sorted(totals.breakdown(metrics.EVENTS, "outcome",
                                                                                     stage=stage).items())}
@@ -98,7 +114,6 @@ def metrics_summary(totals: MetricTotals) -> dict[str, Any]:
     hits, misses = total(metrics.EMBEDDING_CACHE_HITS), total(metrics.EMBEDDING_CACHE_MISSES)
     queries = totals.histogram(metrics.QUERY_DURATION)
     return {
-        "events_published": total(metrics.EVENTS_PUBLISHED),
         "events_indexed": total(metrics.EVENTS, stage="embed", outcome="indexed"),
         "events_deleted": total(metrics.EVENTS, stage="ingest", outcome="deleted"),
         "events_skipped": total(metrics.EVENTS, stage="ingest", outcome="skipped"),
@@ -111,19 +126,10 @@ def metrics_summary(totals: MetricTotals) -> dict[str, Any]:
                             "hit_ratio": hits / (hits + misses) if hits + misses else None},
         "provider_rate_limited": total(metrics.PROVIDER_RATE_LIMITED),
         "provider_retries": total(metrics.PROVIDER_RETRIES),
-        "queries": {"count": queries.count, "p50_s": queries.quantile(0.5), "p99_s": queries.quantile(0.99),
-                    "by_outcome": {k: round(v) for k, v in sorted(_counts(totals, "outcome").items())}},
+        "queries": {"count": round(queries.count), "p50_s": queries.quantile(0.5), "p99_s": queries.quantile(0.99),
+                    "by_outcome": {k: round(v) for k, v in
+                                   sorted(totals.histogram_counts(metrics.QUERY_DURATION, "outcome").items())}},
     }
-
-
-def _counts(totals: MetricTotals, label: str) -> dict[str, int]:
-    """Observations of the query histogram by the value of ``label``."""
-    out: dict[str, int] = {}
-    for (name, labels), hist in totals.histograms.items():
-        if name == metrics.QUERY_DURATION:
-            key = dict(labels).get(label, "")
-            out[key] = out.get(key, 0) + hist.count
-    return out
 
 
 def _age(seconds: float | None) -> str:
@@ -133,6 +139,7 @@ def _age(seconds: float | None) -> str:
 
 
 def format_status(status: dict[str, Any]) -> str:
+    """The status as lines for a person, in the order an operator checks them."""
     lines = [
         f"broker   {status['broker_url']}",
         f"flower   {status['flower_url'] or '(not started by shardfuse up)'}",
@@ -140,6 +147,18 @@ def format_status(status: dict[str, Any]) -> str:
     ]
     if status.get("broker_error"):
         lines.append(f"broker unreachable: {status['broker_error']}")
+    lines.extend(_broker_lines(status))
+    lines.extend(_metric_lines(status.get("metrics"), status.get("metrics_endpoints")))
+    if status.get("database_error"):
+        lines.append(f"database unreachable: {status['database_error']}")
+    lines.extend(_shard_lines(status.get("shard_counts", [])))
+    lines.extend(_attention_lines(status))
+    return "\n".join(lines)
+
+
+def _broker_lines(status: dict[str, Any]) -> list[str]:
+    """Queues, stuck and unreadable messages, BM25 freshness."""
+    lines = []
     if "queues" in status:
         queues = status["queues"]
         for q, n in queues["waiting"].items():
@@ -157,10 +176,12 @@ def format_status(status: dict[str, Any]) -> str:
                   if row.get("lag_versions") else "")
         lines.append(f"bm25     shard {row['shard']}: generation {row['generation']}, "
                      f"{row['documents']} chunks, {fresh}{behind}")
-    lines.extend(_metric_lines(status.get("metrics")))
-    if status.get("database_error"):
-        lines.append(f"database unreachable: {status['database_error']}")
-    for shard in status.get("shard_counts", []):
+    return lines
+
+
+def _shard_lines(shard_counts: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for shard in shard_counts:
         if not shard["zones"]:
             lines.append(f"shard {shard['shard']}  (empty)")
         for zone in shard["zones"]:
@@ -172,32 +193,42 @@ def format_status(status: dict[str, Any]) -> str:
             if zone.get("backfill_documents"):
                 lines.append(f"           waiting for LLM contexts: {zone['backfill_chunks']} chunk(s) of "
                              f"{zone['backfill_documents']} document(s) (shardfuse backfill-context)")
-    for shard in status.get("vector_index_deferred", []):
-        lines.append(f"vector   shard {shard}: HNSW index deferred for a bulk load (exact scans until it is built)")
+    return lines
+
+
+def _attention_lines(status: dict[str, Any]) -> list[str]:
+    """Deferred indexes, dead letters, skipped documents, the stack's processes."""
+    lines = [f"vector   shard {shard}: HNSW index deferred for a bulk load (exact scans until it is built)"
+             for shard in status.get("vector_index_deferred", [])]
     if "dead_letters" in status:
         lines.append(f"dead letters: {status['dead_letters']}")
     for row in status.get("failed", []):
         where = f"[{row['zone']}] {row['path']}" if row["path"] else row["task"]
         lines.append(f"failed   #{row['id']} {where}: {row['reason']} ({row['attempts']} attempt(s))")
-    for row in status.get("skipped", []):
-        lines.append(f"skipped  [{row['zone']}] {row['path']}: {row['reason']}")
-    for name, proc in status.get("processes", {}).items():
-        lines.append(f"process  {name:<20} pid {proc['pid']:<8} {'running' if proc['alive'] else 'DEAD'}")
-    return "\n".join(lines)
+    lines.extend(f"skipped  [{row['zone']}] {row['path']}: {row['reason']}" for row in status.get("skipped", []))
+    lines.extend(f"process  {name:<20} pid {proc['pid']:<8} {'running' if proc['alive'] else 'DEAD'}"
+                 for name, proc in status.get("processes", {}).items())
+    return lines
 
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
-def _metric_lines(summary: dict[str, Any] | None) -> list[str]:
+def _metric_lines(summary: dict[str, Any] | None, endpoints: list[dict[str, Any]] | None) -> list[str]:
     if not summary:
         return []
+    read = [row for row in endpoints or [] if "error" not in row]
+    lines = [f"metrics  {len(read)} pool endpoint(s) read" if endpoints else
+             "metrics  no worker pool serves /metrics (workers.metrics_port)"]
+    lines.extend(f"metrics  {row['node']} at {row['url']}: {row['error']}" for row in endpoints or []
+                 if "error" in row)
     cache = summary["embedding_cache"]
     rate = "-" if cache["hit_ratio"] is None else f"{cache['hit_ratio']:.0%}"
     queries = summary["queries"]
     return [
-        f"events   {summary['events_published']} published, {summary['events_indexed']} indexed, "
+        *lines,
+        f"events   {summary['events_indexed']} indexed, "
         f"{summary['events_deleted']} deleted, {summary['events_skipped']} skipped, "
         f"{summary['events_failed']} failed (dead-lettered)",
         f"embed    {summary['chunks_embedded']} chunks, {summary['texts_embedded']} embedded, cache hit rate {rate} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 
@@ -19,3 +20,18 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in {PORT_RANGE}")
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports (the embedded stack's worker pools serve their
+    metrics on ``stack.metrics_port`` and the ports after it)."""
+    for _ in range(100):
+        first = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - count)
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports in {PORT_RANGE}")

@@ -1,32 +1,151 @@
-"""Metrics on the real embedded stack: what the workers and the publisher count reaches Redis from every
-worker process, ``shardfuse exporter`` serves it over HTTP in Prometheus's text format, and ``shardfuse
-status --json`` shows the same totals. Counts are compared before and after known activity (the session's
-stack is shared with other tests)."""
+"""Metrics on the real embedded stack: each worker pool serves one ``/metrics`` for all its processes (the
+prefork ones through prometheus_client's multiprocess directory), with exact counts of what the pipeline
+did, kept when a pool process is killed; ``shardfuse status --json`` adds the pools up and ``shardfuse
+exporter`` serves the live gauges. Counts are compared before and after known activity (the session's stack
+is shared with other tests)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from shardfuse.pipeline.observability import metrics
+from shardfuse.pipeline.observability.endpoint_directory import EndpointDirectory
+from shardfuse.pipeline.observability.metric_totals import MetricTotals, add_up, parse_scrape
+from shardfuse.workers import monitor
+from shardfuse.workers.names import Queue
+from shardfuse.workers.stack import celery_processes
 from tests.integration.conftest import Stack
 from tests.integration.ports import free_port
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-# Workers flush their counts every 2 s: a few flushes' worth of patience.
-SETTLE_S = 2.5
+
+def _read(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=20) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
+def _pool_urls(stack: Stack) -> dict[Queue, str]:
+    """Where each pool of the embedded stack serves its metrics."""
+    urls = {}
+    for queue in Queue:
+        endpoint = celery_processes.worker_metrics(stack.settings, queue)
+        assert endpoint is not None
+        urls[queue] = f"http://{endpoint.url_host}:{endpoint.port}/metrics"
+    return urls
+
+
+def _pools(stack: Stack) -> dict[Queue, MetricTotals]:
+    return {queue: parse_scrape(_read(url)) for queue, url in _pool_urls(stack).items()}
+
+
+def _counts(stack: Stack) -> dict[str, float]:
+    totals = add_up(_pools(stack).values())
+    return {
+        "prepared": totals.counter(metrics.EVENTS, stage="ingest", outcome="prepared"),
+        "indexed": totals.counter(metrics.EVENTS, stage="embed", outcome="indexed"),
+        "chunks": totals.counter(metrics.EMBEDDING_CHUNKS),
+        "misses": totals.counter(metrics.EMBEDDING_CACHE_MISSES),
+        "hybrid": totals.histogram(metrics.QUERY_DURATION, mode="hybrid").count,
+        "keyword": totals.histogram(metrics.QUERY_DURATION, mode="keyword").count,
+    }
+
+
+def _publish(stack: Stack, zone: str, count: int) -> str:
+    marker = uuid.uuid4().hex  # content no earlier test embedded: every chunk misses the cache
+    with stack.publisher() as publisher:
+        for i in range(count):
+            publisher.write(zone=zone, path=f"notes/{i}.md", data=f"Note {i} about {marker} gauges.\n".encode())
+    stack.wait()
+    return marker
+
+
+def _status(stack: Stack) -> dict[str, Any]:
+    out = stack.cli("status", "--json").stdout
+    assert out.count("\n") == 1, out  # one object on one line
+    status: dict[str, Any] = json.loads(out)
+    return status
+
+
+def test_each_pool_serves_exact_counts_of_what_the_pipeline_did(stack: Stack) -> None:
+    stack.wait()
+    # Every pool announced where it serves, for `shardfuse status`.
+    announced = EndpointDirectory(monitor.broker_client(stack.settings),
+                                  stale_after_s=stack.settings.delivery.dead_after_s).endpoints()
+    assert sorted(e.url for e in announced) == sorted(_pool_urls(stack).values())
+    before, status_before = _counts(stack), _status(stack)["metrics"]
+
+    zone = f"metrics-{uuid.uuid4().hex[:8]}"
+    marker = _publish(stack, zone, 3)
+    assert stack.search(f"{marker} gauges", zone)["results"]
+    assert stack.search(marker, zone, mode="keyword")["results"]
+
+    # A task counts before it is acknowledged and a search before it answers: nothing to wait for.
+    expected = {**before, "prepared": before["prepared"] + 3, "indexed": before["indexed"] + 3,
+                "chunks": before["chunks"] + 3, "misses": before["misses"] + 3,
+                "hybrid": before["hybrid"] + 1, "keyword": before["keyword"] + 1}
+    assert _counts(stack) == expected
+    time.sleep(1.0)
+    assert _counts(stack) == expected  # and nothing more arrives: each event counted once
+
+    # Each pool counts its own stage only, so adding the pools up counts nothing twice.
+    pools = _pools(stack)
+    assert set(pools[Queue.INGEST].breakdown(metrics.EVENTS, "stage")) <= {"ingest"}
+    assert set(pools[Queue.EMBED].breakdown(metrics.EVENTS, "stage")) == {"embed"}
+    assert pools[Queue.QUERY].counter(metrics.EVENTS) == 0 and pools[Queue.INGEST].histograms == {}
+
+    status = _status(stack)
+    assert all("error" not in row for row in status["metrics_endpoints"]) and len(status["metrics_endpoints"]) == 4
+    summary = status["metrics"]
+    assert summary["events_indexed"] == status_before["events_indexed"] + 3 == expected["indexed"]
+    assert summary["chunks_embedded"] == status_before["chunks_embedded"] + 3
+    assert summary["embedding_cache"]["misses"] == status_before["embedding_cache"]["misses"] + 3
+    assert summary["queries"]["count"] == status_before["queries"]["count"] + 2
+    assert summary["queries"]["p50_s"] is not None and summary["queries"]["p99_s"] >= summary["queries"]["p50_s"]
+    assert all(row["lag_versions"] == 0 and row["behind_s"] == 0 for row in status["bm25"])  # waited: current
+
+
+def _children(pid: int) -> set[int]:
+    return {child.pid for child in psutil.Process(pid).children()}
+
+
+def test_a_killed_prefork_process_keeps_its_counts(stack: Stack) -> None:
+    stack.wait()
+    main = stack.state.components[celery_processes.worker_component(Queue.INGEST)].pid
+    zone = f"metrics-kill-{uuid.uuid4().hex[:8]}"
+    _publish(stack, zone, 2)
+    counted = _counts(stack)["prepared"]
+    assert counted >= 2
+
+    old = _children(main)
+    assert len(old) == stack.settings.workers.ingest_concurrency
+    for pid in old:  # idle: they hold no message
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while len(new := _children(main) - old) < len(old):  # Celery forks replacements
+        assert time.monotonic() < deadline, "the pool did not replace its killed processes"
+        time.sleep(0.2)
+
+    assert _counts(stack)["prepared"] == counted  # the dead processes' counts are still served
+    _publish(stack, zone, 1)  # counted by a new process, added to what the dead ones counted
+    assert _counts(stack)["prepared"] == counted + 1
+    assert new
 
 
 @pytest.fixture
@@ -55,87 +174,12 @@ def exporter(stack: Stack) -> Iterator[str]:
     assert proc.returncode == 0, proc.communicate()  # SIGTERM stops it cleanly
 
 
-def _scrape(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=20) as response:
-        assert response.status == 200
-        text = response.read().decode()
-    return {family.name: family for family in text_string_to_metric_families(text)}
-
-
-def _sum(families: dict[str, Any], sample: str, **labels: str) -> float:
-    family = families.get(sample.removesuffix("_total").removesuffix("_count"))
-    if family is None:
-        return 0.0
-    return sum(s.value for s in family.samples
-               if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()))
-
-
-def _counts(url: str) -> dict[str, float]:
-    families = _scrape(url)
-    return {
-        "published": _sum(families, "shardfuse_events_published_total", op="write"),
-        "prepared": _sum(families, "shardfuse_events_total", stage="ingest", outcome="prepared"),
-        "indexed": _sum(families, "shardfuse_events_total", stage="embed", outcome="indexed"),
-        "chunks": _sum(families, "shardfuse_embedding_chunks_total"),
-        "hybrid": _sum(families, "shardfuse_query_duration_seconds_count", mode="hybrid"),
-        "keyword": _sum(families, "shardfuse_query_duration_seconds_count", mode="keyword"),
-        "redis_up": _sum(families, "shardfuse_up", component="redis"),
-        "postgres_up": _sum(families, "shardfuse_up", component="postgres"),
-    }
-
-
-def _settled(read: Callable[[], dict[str, float]], *, timeout: float = 60) -> dict[str, float]:
-    """``read()`` once two readings a few flushes apart agree (what workers counted has been flushed)."""
-    deadline = time.monotonic() + timeout
-    last = read()
-    while True:
-        time.sleep(SETTLE_S)
-        now = read()
-        if now == last:
-            return now
-        assert time.monotonic() < deadline, f"metrics kept changing: {last} -> {now}"
-        last = now
-
-
-def _status_metrics(stack: Stack) -> dict[str, Any]:
-    out = stack.cli("status", "--json").stdout
-    assert out.count("\n") == 1, out  # one object on one line
-    status: dict[str, Any] = json.loads(out)
-    return status
-
-
-def test_the_exporter_and_status_count_what_the_pipeline_did(stack: Stack, exporter: str) -> None:
+def test_the_exporter_serves_the_deployments_gauges(stack: Stack, exporter: str) -> None:
     stack.wait()
-    before = _settled(lambda: _counts(exporter))
-    assert before["redis_up"] == 1 and before["postgres_up"] == 1
-    status_before = _status_metrics(stack)["metrics"]
-
-    zone = f"metrics-{uuid.uuid4().hex[:8]}"
-    marker = uuid.uuid4().hex  # content no earlier test embedded: every chunk misses the cache
-    with stack.publisher() as publisher:
-        for i in range(3):
-            publisher.write(zone=zone, path=f"notes/{i}.md", data=f"Note {i} about {marker} gauges.\n".encode())
-    stack.wait()
-    assert stack.search(f"{marker} gauges", zone)["results"]
-    assert stack.search(marker, zone, mode="keyword")["results"]
-
-    expected = {**before, "published": before["published"] + 3, "prepared": before["prepared"] + 3,
-                "indexed": before["indexed"] + 3, "chunks": before["chunks"] + 3,
-                "hybrid": before["hybrid"] + 1, "keyword": before["keyword"] + 1}
-    deadline = time.monotonic() + 60
-    while (after := _counts(exporter)) != expected and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert after == expected
-    time.sleep(SETTLE_S)
-    assert _counts(exporter) == expected  # and nothing more arrives: each event counted once
-
-    status = _status_metrics(stack)
-    summary = status["metrics"]
-    assert summary["events_published"] == status_before["events_published"] + 3
-    assert summary["events_indexed"] == status_before["events_indexed"] + 3 == after["indexed"]
-    assert summary["chunks_embedded"] == status_before["chunks_embedded"] + 3
-    assert summary["queries"]["count"] == status_before["queries"]["count"] + 2
-    assert summary["queries"]["p50_s"] is not None and summary["queries"]["p99_s"] >= summary["queries"]["p50_s"]
-    misses = summary["embedding_cache"]["misses"] - status_before["embedding_cache"]["misses"]
-    assert misses == 3
-    assert all(row["lag_versions"] == 0 and row["behind_s"] == 0 for row in status["bm25"])  # waited: current
+    families = {family.name: family for family in text_string_to_metric_families(_read(exporter))}
+    up = {s.labels["component"]: s.value for s in families["shardfuse_up"].samples}
+    assert up == {"redis": 1, "postgres": 1}
+    waiting = {s.labels["queue"]: s.value for s in families["shardfuse_queue_waiting_messages"].samples}
+    assert waiting == {queue.value: 0 for queue in Queue}
+    assert {s.labels["shard"] for s in families["shardfuse_bm25_lag_versions"].samples} == {"0", "1"}
+    assert {family.type for family in families.values()} == {"gauge"}  # the counters are the pools'

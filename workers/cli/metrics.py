@@ -1,7 +1,9 @@
-"""``shardfuse exporter``: Prometheus metrics of the whole deployment at ``/metrics``.
+"""``shardfuse exporter``: Prometheus gauges of the whole deployment's state at ``/metrics`` (queues, index
+lag, dead letters: :mod:`shardfuse.workers.exporter`).
 
-Flower serves its own ``/metrics`` (Celery task and worker metrics); this one serves shardfuse's
-(:mod:`shardfuse.workers.exporter`). One exporter per deployment is enough: it reads shared state only.
+One exporter per deployment is enough: it reads shared state only. The counters and histograms (events,
+embeddings, provider calls, query durations) are served by each worker pool at its own ``/metrics``
+(``workers.metrics_port``), and Flower serves Celery's task and worker metrics at its ``/metrics``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ DEFAULT_PORT = 9808
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("exporter", help="serve Prometheus metrics (counters, queues, index lag) at /metrics")
+    p = sub.add_parser("exporter",
+                       help="serve Prometheus metrics of the deployment (queues, index lag, dead letters) at /metrics")
     p.add_argument("--address", default="0.0.0.0", help="address to listen on (default: every interface)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default: {DEFAULT_PORT})")
     p.set_defaults(handler=run_exporter)
@@ -30,7 +33,8 @@ def run_exporter(args: argparse.Namespace, settings: Settings) -> int:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ShardfuseCollector(settings))
     server, thread = start_http_server(args.port, addr=args.address, registry=registry)
-    host, port = server.server_address[:2]
+    host, port = server.server_address[:2]  # (str, int): an AF_INET/AF_INET6 server; typeshed allows bytes
+    host = host.decode() if isinstance(host, bytes) else host
     print(f"serving shardfuse metrics at http://{host}:{port}/metrics", flush=True)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
