@@ -1,6 +1,6 @@
 """Reading rendered Kubernetes objects (k8s/ overlays) the way the cluster would use them.
 
-Small queries over parsed manifests for tests/unit/test_deploy_k8s.py: the workloads and their pod specs,
+Small queries over parsed manifests for tests/unit/deploy/test_deploy_k8s.py: the workloads and their pod specs,
 the shardfuse containers and the pool each one runs, Services and what they select, and a container's
 environment with Secret values and ``$(VAR)`` references resolved as the kubelet resolves them.
 """

@@ -30,7 +30,7 @@ COMPOSE_TOML = REPO / "config" / "compose.toml"
 ENV_EXAMPLE = REPO / ".env.example"
 IMAGE = "shardfuse:latest"
 CONFIG_TARGET = "/etc/shardfuse/shardfuse.toml"
-DATA_DIR = "/var/lib/shardfuse"  # the image's SHARDFUSE_DATA_DIR (tests/unit/test_dockerfile.py checks it)
+DATA_DIR = "/var/lib/shardfuse"  # the image's SHARDFUSE_DATA_DIR (tests/unit/deploy/test_dockerfile.py checks it)
 SECRET_WORDS = re.compile(r"PASSWORD|SECRET|API_KEY|TOKEN", re.IGNORECASE)
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error} …
 INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<op>:?[-?+])?(?P<arg>[^}]*)\}")

@@ -273,7 +273,7 @@ def test_the_builder_copies_every_package_and_file_the_project_build_needs() -> 
 
 def test_dockerignore_keeps_secrets_caches_and_tests_out() -> None:
     patterns = dockerignore_patterns()
-    for path in (".env", ".env.local", ".git/HEAD", ".venv/bin/python", "tests/unit/test_cas.py",
+    for path in (".env", ".env.local", ".git/HEAD", ".venv/bin/python", "tests/unit/pipeline/storage/test_cas.py",
                  ".pytest_cache/v/cache", ".mypy_cache/3.11/x.json", ".cache/other", "shardfuse.egg-info/PKG-INFO",
                  "pipeline/__pycache__/settings.cpython-311.pyc", "tests/fixtures/x"):  # fmt: skip
         assert excluded(path, patterns), path

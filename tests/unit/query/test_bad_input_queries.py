@@ -2,7 +2,7 @@
 :class:`InvalidQueryError` that says what to change, before any shard is touched; a well-formed request
 for something that is not there gets an empty answer.
 
-``tests/unit/test_search_service.py`` pins a sample of invalid requests; this file covers the matrix
+``tests/unit/query/test_search_service.py`` pins a sample of invalid requests; this file covers the matrix
 (empty, 100 KB, k of 0 and 10**6, unknown mode, unknown and malformed zones, odd Unicode) with the exact
 wording, the RPC task's own argument handling, the CLI's, and the keyword leg's real tokenizer and BM25
 index on odd Unicode.

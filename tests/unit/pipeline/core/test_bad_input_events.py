@@ -1,7 +1,7 @@
 """Bad input on the write side (issue 6, "Bad input"): every malformed event, bad hash, missing content and
 unindexable file gets a specific, actionable error or a skip with its reason, and nothing else.
 
-Where ``tests/unit/test_events.py``, ``test_cas.py`` and ``test_decode.py`` already pin a case, this file
+Where ``tests/unit/pipeline/core/test_events.py``, ``test_cas.py`` and ``test_decode.py`` already pin a case, this file
 covers what they do not: the whole matrix by field, the messages' wording, what PostgreSQL would refuse
 later (NUL, lone surrogates, beyond-bigint integers, non-JSON metadata), and the ingest stage's decisions
 for each kind of bad content.
