@@ -1,7 +1,8 @@
 """Read-only views of the running system: queue depths, in-flight work, index freshness, shard counts.
 
 Reads the broker's Redis directly (kombu's Redis transport layout: one list per queue and priority, and
-the ``unacked`` hash of delivered-but-unacknowledged messages), so it works with no worker running.
+the ``unacked`` hash of delivered-but-unacknowledged messages), so it works with no worker running. Redis
+errors reach callers as ours (:mod:`shardfuse.pipeline.coordination.redis_errors`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.coordination.redis_errors import redis_errors
 from shardfuse.pipeline.index.lexical import Tokenizer, read_manifest
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.workers.broker.inbox import inbox_depths
@@ -24,6 +26,7 @@ _PRIORITY_SEP = "\x06\x16"
 # How long the pipeline must look idle before ``wait_until_indexed`` believes it.
 IDLE_SETTLE_S = 1.0
 _PRIORITY_STEPS = (0, 3, 6, 9)
+_WHAT = "the broker's queues"
 
 
 def broker_client(settings: Settings) -> redis.Redis:
@@ -36,7 +39,8 @@ def queue_depths(client: redis.Redis) -> dict[str, int]:
     for queue in Queue:
         for step in _PRIORITY_STEPS:
             pipe.llen(queue.value if step == 0 else f"{queue.value}{_PRIORITY_SEP}{step}")
-    sizes = pipe.execute()
+    with redis_errors(client, _WHAT):
+        sizes = pipe.execute()
     steps = len(_PRIORITY_STEPS)
     return {q.value: sum(sizes[i * steps:(i + 1) * steps]) for i, q in enumerate(Queue)}
 
@@ -44,8 +48,10 @@ def queue_depths(client: redis.Redis) -> dict[str, int]:
 def unacked_by_queue(client: redis.Redis) -> dict[str, int]:
     """Messages delivered to a worker and not yet acknowledged (running, prefetched or waiting for an
     ETA/countdown), per queue; with those a consumer is receiving right now (in its inbox)."""
-    counts: Counter[str] = Counter(inbox_depths(client))
-    for raw in client.hvals("unacked"):
+    with redis_errors(client, _WHAT):
+        counts: Counter[str] = Counter(inbox_depths(client))
+        unacked = client.hvals("unacked")
+    for raw in unacked:
         try:
             _, _, routing_key = json.loads(raw)
         except (ValueError, TypeError):
@@ -64,7 +70,9 @@ def oldest_waiting_s(client: redis.Redis, *, now: float | None = None) -> dict[s
         pipe = client.pipeline(transaction=False)
         for step in _PRIORITY_STEPS:  # kombu pushes on the left and pops on the right: the oldest is last
             pipe.lindex(queue.value if step == 0 else f"{queue.value}{_PRIORITY_SEP}{step}", -1)
-        stamps = [_published_at(raw) for raw in pipe.execute() if raw is not None]
+        with redis_errors(client, _WHAT):
+            replies = pipe.execute()
+        stamps = [_published_at(raw) for raw in replies if raw is not None]
         known = [s for s in stamps if s is not None]
         ages[queue.value] = max(0.0, now - min(known)) if known else None
     return ages
@@ -73,12 +81,17 @@ def oldest_waiting_s(client: redis.Redis, *, now: float | None = None) -> dict[s
 def oldest_in_flight_s(client: redis.Redis, *, now: float | None = None) -> dict[str, float | None]:
     """Per queue, how long ago the longest-held unacknowledged message was delivered (None: none held)."""
     now = time.time() if now is None else now
-    delivered = {t.decode() if isinstance(t, bytes) else str(t): float(at)
-                 for t, at in client.zrange("unacked_index", 0, -1, withscores=True)}
+    # withscores=True: (member, score) pairs, which redis-py's annotation (either shape) cannot tell.
+    with redis_errors(client, _WHAT):
+        scored = cast("list[tuple[bytes | str, float]]", client.zrange("unacked_index", 0, -1, withscores=True))
+        delivered = {t.decode() if isinstance(t, bytes) else str(t): float(at) for t, at in scored}
+        messages = client.hmget("unacked", list(delivered)) if delivered else []
     oldest: dict[str, float] = {}
     if delivered:
         tags = list(delivered)
-        for tag, raw in zip(tags, client.hmget("unacked", tags), strict=True):
+        for tag, raw in zip(tags, messages, strict=True):
+            if raw is None:  # acknowledged since the index was read
+                continue
             try:
                 _, _, routing_key = json.loads(raw)
             except (ValueError, TypeError):

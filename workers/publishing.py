@@ -23,16 +23,20 @@ class CeleryEventSink:
     reused broker connection.
 
     Events are held until a message is full, :meth:`flush` is called, or the :meth:`connect` block ends
-    (which flushes: leaving the block normally means every event was published).
+    (which flushes: leaving the block normally means every event was published). A broker out of reach is a
+    :class:`StoreUnavailableError` naming it (``broker``: its URL with the password masked); the events of
+    a message it refused are kept for the next flush.
     """
 
-    def __init__(self, app: Celery, producer: Any, *, events_per_message: int = 1, refresh: bool = False) -> None:
+    def __init__(self, app: Celery, producer: Any, *, events_per_message: int = 1, refresh: bool = False,
+                 broker: str = "") -> None:
         if events_per_message < 1:
             raise ValueError(f"events_per_message must be at least 1, got {events_per_message}")
         self._app = app
         self._producer = producer
         self._per_message = events_per_message
         self._refresh = refresh  # re-index at the seq the shards hold (backfill-context)
+        self._broker = f"the broker at {broker}" if broker else "the broker"
         self._held: list[dict[str, Any]] = []
         self.messages = 0
 
@@ -43,18 +47,16 @@ class CeleryEventSink:
     ) -> Iterator[CeleryEventSink]:
         app = create_app(settings)
         per_message = settings.broker.events_per_message if events_per_message is None else events_per_message
-        metrics.connect_redis(settings.broker.url)  # events published are counted with the workers' counts
+        broker = settings.broker.display_url
         try:
             with app.producer_or_acquire() as producer:
-                sink = cls(app, producer, events_per_message=per_message, refresh=refresh)
+                sink = cls(app, producer, events_per_message=per_message, refresh=refresh, broker=broker)
                 try:
                     yield sink
                 finally:  # also when the caller stops early: what it sent so far is published
                     sink.flush()
         except OperationalError as exc:
-            raise StoreUnavailableError(f"cannot reach the broker at {settings.broker.display_url}: {exc}") from exc
-        finally:
-            metrics.recorder().flush()  # counted at once, not at the next periodic flush or at exit
+            raise StoreUnavailableError(f"cannot reach the broker at {broker}: {exc}") from exc
 
     def send(self, event: WriteEvent) -> None:
         self._held.append(event.model_dump(mode="json"))
@@ -70,10 +72,10 @@ class CeleryEventSink:
         if self._refresh:
             kwargs["refresh"] = True
         try:
-            self._app.send_task(Task.INGEST.value, kwargs=kwargs, producer=self._producer)
+            self._app.send_task(Task.INGEST.value, kwargs=kwargs, producer=self._producer, ignore_result=True)
         except OperationalError as exc:
             self._held = events + self._held  # nothing was published: keep them for another try
-            raise StoreUnavailableError(f"cannot publish to the broker: {exc}") from exc
+            raise StoreUnavailableError(f"cannot publish to {self._broker}: {exc}") from exc
         self.messages += 1
         for op, count in Counter(str(event.get("op")) for event in events).items():
             metrics.inc(metrics.EVENTS_PUBLISHED, count, op=op)

@@ -1,13 +1,21 @@
-"""The dead-letter store: failed work with a reason a person can act on."""
+"""The dead-letter store: failed work with a reason a person can act on.
+
+PostgreSQL errors reach callers as ours (:mod:`shardfuse.pipeline.index.store.connections`): the store out of
+reach is a :class:`~shardfuse.pipeline.core.errors.StoreUnavailableError`, its table not created yet a
+:class:`~shardfuse.pipeline.core.errors.SchemaMissingError`.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+from contextlib import AbstractContextManager
 from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
+from shardfuse.pipeline.index.store.connections import pooled_connection
 from shardfuse.pipeline.index.store.schema import SHARED_SCHEMA
 
 
@@ -32,7 +40,7 @@ def record_dead_letter(
     # very reason it failed) is stored with them spelled out, or it could never be dead-lettered.
     row_values = (task, json.dumps(_storable(payload), default=str, allow_nan=False), _storable(_text(zone)),
                   _storable(_text(path)), _storable(error_class), _storable(reason), attempts)
-    with pool.connection() as conn:
+    with _connection(pool) as conn:
         row = conn.execute(
             f"INSERT INTO {SHARED_SCHEMA}.deadletters (task, payload, zone, path, error_class, reason, attempts) "
             "VALUES (%s, %s::jsonb, %s, %s, %s, %s, %s) RETURNING id",
@@ -40,6 +48,10 @@ def record_dead_letter(
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _connection(pool: ConnectionPool[Any]) -> AbstractContextManager[psycopg.Connection[Any]]:
+    return pooled_connection(pool, what="the shared (dead letters)")
 
 
 def _storable(value: Any) -> Any:
@@ -57,7 +69,7 @@ def _storable(value: Any) -> Any:
 
 
 def dead_letter_count(pool: ConnectionPool[Any]) -> int:
-    with pool.connection() as conn:
+    with _connection(pool) as conn:
         row = conn.execute(f"SELECT count(*) FROM {SHARED_SCHEMA}.deadletters").fetchone()
     return int(row[0]) if row else 0
 
@@ -68,7 +80,7 @@ def _text(value: object) -> str | None:
 
 def recent_dead_letters(pool: ConnectionPool[Any], *, limit: int = 10) -> list[dict[str, Any]]:
     """The newest dead letters, for ``shardfuse status``."""
-    with pool.connection() as conn:
+    with _connection(pool) as conn:
         rows = conn.execute(
             f"SELECT id, task, zone, path, error_class, reason, attempts, last_failed "
             f"FROM {SHARED_SCHEMA}.deadletters ORDER BY id DESC LIMIT %s",
@@ -85,7 +97,7 @@ def list_dead_letters(pool: ConnectionPool[Any], *, zone: str | None = None, lim
     """Dead letters, newest first (of one zone, when given)."""
     where = "WHERE zone = %s " if zone is not None else ""
     params: tuple[Any, ...] = (zone, limit) if zone is not None else (limit,)
-    with pool.connection() as conn:
+    with _connection(pool) as conn:
         rows = conn.execute(
             f"SELECT {', '.join(_COLUMNS)} FROM {SHARED_SCHEMA}.deadletters {where}ORDER BY id DESC LIMIT %s", params
         ).fetchall()
@@ -94,7 +106,7 @@ def list_dead_letters(pool: ConnectionPool[Any], *, zone: str | None = None, lim
 
 def get_dead_letter(pool: ConnectionPool[Any], dead_id: int) -> dict[str, Any] | None:
     """One dead letter with its payload, or None."""
-    with pool.connection() as conn:
+    with _connection(pool) as conn:
         row = conn.execute(
             f"SELECT {', '.join(_COLUMNS)}, payload FROM {SHARED_SCHEMA}.deadletters WHERE id = %s", (dead_id,)
         ).fetchone()
@@ -106,7 +118,7 @@ def take_dead_letters(pool: ConnectionPool[Any], ids: list[int] | None, send: An
     and delete a row only in the transaction that sent it, so a failed send leaves it in place. Returns the
     ids retried."""
     retried: list[int] = []
-    with pool.connection() as conn:
+    with _connection(pool) as conn:
         query = f"SELECT id, task, payload FROM {SHARED_SCHEMA}.deadletters"
         rows = conn.execute(query + (" WHERE id = ANY(%s)" if ids is not None else "") + " ORDER BY id",
                             (ids,) if ids is not None else ()).fetchall()
@@ -121,7 +133,7 @@ def take_dead_letters(pool: ConnectionPool[Any], ids: list[int] | None, send: An
 
 def purge_dead_letters(pool: ConnectionPool[Any], *, zone: str | None = None) -> int:
     """Delete dead letters (of one zone, when given); how many."""
-    with pool.connection() as conn:
+    with _connection(pool) as conn:
         if zone is None:
             cur = conn.execute(f"DELETE FROM {SHARED_SCHEMA}.deadletters")
         else:

@@ -31,7 +31,7 @@ from shardfuse.pipeline.config.settings import DEFAULT_MODEL, Settings
 from shardfuse.pipeline.core.errors import ConfigurationError, EmbeddingProviderError
 from shardfuse.pipeline.embed.stage import EmbeddingStage, unique_texts
 from shardfuse.pipeline.index.store import ShardStore, zone_models
-from shardfuse.pipeline.index.store.connections import pooled_connection
+from shardfuse.pipeline.index.store.connections import pooled_connection, postgres_errors, postgres_location
 from shardfuse.pipeline.index.store.embedding_columns import (
     column_dimensions,
     column_for,
@@ -129,7 +129,9 @@ class ZoneReindex:
         for store in self._stores:
             schema = shard_schema(store.shard)
             name = index_for(self.model)
-            with psycopg.connect(str(store.pool.conninfo), autocommit=True) as conn:
+            dsn = str(store.pool.conninfo)
+            with (postgres_errors(f"shard {store.shard}", where=postgres_location(dsn)),
+                  psycopg.connect(dsn, autocommit=True) as conn):
                 if index_valid(conn, schema, name) is False:  # a build that failed earlier left it behind
                     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {s}.{i}").format(
                         s=sql.Identifier(schema), i=sql.Identifier(name)))

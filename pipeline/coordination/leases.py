@@ -7,14 +7,16 @@ second copy from doing the work at all while the first holds the document, and t
 holder whose lease lapsed from writing over its successor:
 
 - :meth:`DocumentLeases.acquire` takes ``shardfuse:lease:<document>`` if it is free, expired, or held by a
-  process that stopped beating (:mod:`shardfuse.pipeline.coordination.liveness`), and returns a token from one counter
-  that only
-  grows. A document held by a live process gives None: the caller retries later
+  process that stopped beating (:mod:`shardfuse.pipeline.coordination.liveness`), and returns a token from
+  one counter that only grows. A document held by a live process gives None: the caller retries later
   (:class:`~shardfuse.pipeline.core.errors.DocumentBusyError`).
 - Every shard write carries its token; the shard keeps the highest it has seen per document and refuses an
   older one (``ApplyOutcome.fenced``). The refused holder raises the counter past the shard's token
   (:meth:`DocumentLeases.raise_floor`: the counter heals itself if Redis ever lost it) and retries under a
   new lease, so a fenced write is delayed, never lost.
+
+Redis errors reach callers as ours (:mod:`shardfuse.pipeline.coordination.redis_errors`):
+:class:`~shardfuse.pipeline.core.errors.StoreUnavailableError` when Redis is out of reach.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from dataclasses import dataclass
 import redis
 
 from shardfuse.pipeline.coordination.liveness import ALIVE_PREFIX
+from shardfuse.pipeline.coordination.redis_errors import redis_errors
 
 log = logging.getLogger(__name__)
 
 _LOCK_STRIPES = 64
+_WHAT = "document leases"
 
 LEASE_PREFIX = "shardfuse:lease:"
 FENCE_KEY = "shardfuse:fence"
@@ -110,8 +114,9 @@ class DocumentLeases:
             # A lease this process holds under our name but is not working under was left behind: its
             # release failed (Redis was down). Take it back rather than wait lease_s for it to expire.
             reclaim = "" if key in self._active else "reclaim"
-            token, _held_by = self._acquire(keys=[key, FENCE_KEY], args=[self.holder, self.ttl_ms, ALIVE_PREFIX,
-                                                                         reclaim])
+            with redis_errors(self.client, _WHAT):
+                token, _held_by = self._acquire(keys=[key, FENCE_KEY],
+                                                args=[self.holder, self.ttl_ms, ALIVE_PREFIX, reclaim])
             if int(token) == 0:
                 return None
             self._active.add(key)
@@ -121,7 +126,8 @@ class DocumentLeases:
         return self._locks[hash(key) % _LOCK_STRIPES]
 
     def holder_of(self, zone: str, path: str) -> str | None:
-        held = self.client.hget(lease_key(zone, path), "holder")
+        with redis_errors(self.client, _WHAT):
+            held = self.client.hget(lease_key(zone, path), "holder")
         return None if held is None else held.decode() if isinstance(held, bytes) else str(held)
 
     def release(self, lease: Lease) -> bool:
@@ -141,4 +147,5 @@ class DocumentLeases:
 
     def raise_floor(self, token: int) -> int:
         """Make the next token larger than ``token`` (one a shard reported); returns the counter."""
-        return int(self._raise_floor(keys=[FENCE_KEY], args=[token]))
+        with redis_errors(self.client, _WHAT):
+            return int(self._raise_floor(keys=[FENCE_KEY], args=[token]))

@@ -1,11 +1,10 @@
 """Which worker processes are alive: each says so in Redis every few seconds, under a key that expires.
 
 A process's *holder id* names one incarnation of it (host, pid and a random suffix, so a restarted worker
-that reuses a pid or a node name is a new holder). Document leases (:mod:`shardfuse.pipeline.coordination.leases`) and
-the
-delivery reaper (``shardfuse.workers.broker.redelivery``) check these keys instead of trusting timeouts alone: work
-held by
-a process that stopped beating is released within ``dead_after_s``, not after the task's time limit.
+that reuses a pid or a node name is a new holder). Document leases (:mod:`shardfuse.pipeline.coordination.leases`)
+and the delivery reaper (``shardfuse.workers.broker.redelivery``) check these keys instead of trusting timeouts
+alone: work held by a process that stopped beating is released within ``dead_after_s``, not after the task's
+time limit.
 """
 
 from __future__ import annotations
@@ -19,6 +18,9 @@ import threading
 from collections.abc import Callable
 
 import redis
+
+from shardfuse.pipeline.coordination.redis_errors import redis_errors
+from shardfuse.pipeline.core.errors import TransientError
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,10 @@ class Heartbeat:
         self._callbacks.append(callback)
 
     def beat(self) -> None:
-        self.client.set(alive_key(self.holder), os.getpid(), px=int(self.dead_after_s * 1000))
+        """Say this holder is alive; :class:`~shardfuse.pipeline.core.errors.StoreUnavailableError` when Redis
+        is out of reach."""
+        with redis_errors(self.client, f"the heartbeat of {self.holder}"):
+            self.client.set(alive_key(self.holder), os.getpid(), px=int(self.dead_after_s * 1000))
 
     def start(self) -> Heartbeat:
         with self._lock:
@@ -82,8 +87,8 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             try:
                 self.beat()
-            except redis.RedisError as exc:
-                log.warning("heartbeat of %s failed (will retry): %s", self.holder, exc)
+            except TransientError as exc:
+                log.warning("%s (will retry)", exc)
                 continue
             for callback in self._callbacks:
                 try:

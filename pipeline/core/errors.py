@@ -44,7 +44,18 @@ class ConfigurationError(PermanentError):
 
 
 class StoreUnavailableError(TransientError):
-    """A shard database, the broker or the CAS could not be reached."""
+    """A shard database, Redis (the broker, leases, limits), or the CAS could not be reached. The message
+    names which and where (``host:port``, never a password)."""
+
+
+class SchemaMissingError(TransientError):
+    """A table the work needs does not exist yet: every worker creates its shards' and the shared tables as
+    it starts, so the work is retried; read-only views (``shardfuse status``, the exporter) show it as empty."""
+
+
+class BackpressureTimeout(TransientError):
+    """No embedding request slot or per-minute budget became free in time (the embed limiters): the work may
+    succeed later."""
 
 
 class DocumentBusyError(TransientError):
@@ -76,7 +87,15 @@ class EmbeddingModelsChangedError(TransientError):
 
 
 class EmbeddingProviderError(TransientError):
-    """The embedding provider failed in a way worth retrying."""
+    """The embedding provider (or a chat model) failed in a way worth retrying. ``retry_after_s`` is the wait
+    the server asked for (a 503's ``Retry-After``), None when it named none."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild_provider_error, (str(self), self.retry_after_s)
 
 
 class InvalidQueryError(PermanentError):
@@ -91,8 +110,7 @@ class RateLimitedError(EmbeddingProviderError):
     """
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+        super().__init__(message, retry_after_s=retry_after_s)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The prefork pool copies exceptions between processes through __reduce__; the default one would drop
@@ -112,6 +130,10 @@ class EmbeddingRequestError(PermanentError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _rebuild_request_error, (str(self), self.status)
+
+
+def _rebuild_provider_error(message: str, retry_after_s: float | None) -> EmbeddingProviderError:
+    return EmbeddingProviderError(message, retry_after_s=retry_after_s)
 
 
 def _rebuild_rate_limited(message: str, retry_after_s: float | None) -> RateLimitedError:

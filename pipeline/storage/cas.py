@@ -1,11 +1,19 @@
 """The content-addressed store (CAS): a port and its adapters.
 
 Content is named by ``"sha256:<64 hex>"``. Events carry only the hash; workers read the bytes from here.
+
+Adapters raise only our errors: content the store does not hold is a
+:class:`~shardfuse.pipeline.core.errors.ContentNotFoundError` (permanent: the ingest stage dead-letters the
+event with a reason saying how to recover); the store itself out of reach (a disk full or failing, a
+permission, a network filesystem gone) is a
+:class:`~shardfuse.pipeline.core.errors.StoreUnavailableError` (retried).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -65,24 +73,17 @@ class LocalContentStore:
         """Store ``data`` and return its hash; storing the same bytes again is a no-op."""
         name = hash_content(data)
         target = self.path_for(name)
-        if target.is_file():
-            return name
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(target, data, tmp_prefix=".tmp-")
-        except OSError as exc:
-            raise StoreUnavailableError(f"cannot write {name} to the CAS at {self._root}: {exc}") from exc
+        with self._filesystem("write", name):
+            if not target.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(target, data, tmp_prefix=".tmp-")
         return name
 
     def get(self, content_hash: str) -> bytes:
         """The bytes stored under ``content_hash``, verified against the hash."""
         path = self.path_for(content_hash)
-        try:
+        with self._filesystem("read", content_hash, reading=True):
             data = path.read_bytes()
-        except FileNotFoundError as exc:
-            raise ContentNotFoundError(_not_found(f"the CAS at {self._root}", content_hash)) from exc
-        except OSError as exc:
-            raise StoreUnavailableError(f"cannot read {content_hash} from the CAS: {exc}") from exc
         actual = hash_content(data)
         if actual != content_hash:
             raise PermanentError(
@@ -93,17 +94,28 @@ class LocalContentStore:
 
     def exists(self, content_hash: str) -> bool:
         """Whether a file for ``content_hash`` exists (its content is not re-verified)."""
-        return self.path_for(content_hash).is_file()
+        path = self.path_for(content_hash)
+        with self._filesystem("look up", content_hash):
+            return path.is_file()
 
     def size(self, content_hash: str) -> int:
         """The size of the file for ``content_hash``, from the filesystem (the content is not read)."""
         path = self.path_for(content_hash)
-        try:
+        with self._filesystem("stat", content_hash, reading=True):
             return path.stat().st_size
+
+    @contextmanager
+    def _filesystem(self, action: str, content_hash: str, *, reading: bool = False) -> Iterator[None]:
+        """The filesystem's errors as ours: a missing file, when ``reading``, is content the CAS does not
+        hold; anything else (a missing folder while writing included) is the CAS being unavailable."""
+        try:
+            yield
         except FileNotFoundError as exc:
-            raise ContentNotFoundError(_not_found(f"the CAS at {self._root}", content_hash)) from exc
+            if reading:
+                raise ContentNotFoundError(_not_found(f"the CAS at {self._root}", content_hash)) from exc
+            raise StoreUnavailableError(f"cannot {action} {content_hash} in the CAS at {self._root}: {exc}") from exc
         except OSError as exc:
-            raise StoreUnavailableError(f"cannot stat {content_hash} in the CAS: {exc}") from exc
+            raise StoreUnavailableError(f"cannot {action} {content_hash} in the CAS at {self._root}: {exc}") from exc
 
 
 class InMemoryContentStore:

@@ -12,6 +12,8 @@ runs :func:`release_orphans` (one at a time, under a Redis lock): an unacked mes
 ``grace_s`` that no live worker claims is put back on its queue with kombu's own ``restore_by_tag``. A
 worker that was only slow and acknowledges later finds its message already redelivered: the document
 lease and the shard's version rule make the second run a no-op (docs/reliability.md).
+
+Redis errors reach callers as ours (:mod:`shardfuse.pipeline.coordination.redis_errors`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable, Iterable
 import redis
 
 from shardfuse.pipeline.coordination.liveness import Heartbeat
+from shardfuse.pipeline.coordination.redis_errors import redis_errors
 from shardfuse.workers.broker.inbox import consumer_holder, release_dead_inboxes
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ CLAIMANTS_KEY = "shardfuse:claimants"
 REAPER_LOCK = "shardfuse:reaper"
 UNACKED = "unacked"
 UNACKED_INDEX = "unacked_index"
+_WHAT = "the delivery reaper"
 
 
 def held_delivery_tags() -> set[str]:
@@ -51,31 +55,33 @@ def held_delivery_tags() -> set[str]:
 def publish_claims(client: redis.Redis, *, holder: str, tags: Iterable[str], ttl_s: float) -> None:
     """Replace this holder's claim set (it expires with the holder's liveness)."""
     key = CLAIMS_PREFIX + holder
-    pipe = client.pipeline(transaction=True)
-    pipe.delete(key)
     tags = list(tags)
-    if tags:
-        pipe.sadd(key, *tags)
-        pipe.pexpire(key, int(ttl_s * 1000))
-    pipe.sadd(CLAIMANTS_KEY, holder)
-    pipe.execute()
+    with redis_errors(client, _WHAT):
+        pipe = client.pipeline(transaction=True)
+        pipe.delete(key)
+        if tags:
+            pipe.sadd(key, *tags)
+            pipe.pexpire(key, int(ttl_s * 1000))
+        pipe.sadd(CLAIMANTS_KEY, holder)
+        pipe.execute()
 
 
 def claimed_tags(client: redis.Redis) -> set[str]:
     """Every tag some live worker claims; forgets claimants whose claims have expired."""
-    holders = [h.decode() if isinstance(h, bytes) else str(h) for h in client.smembers(CLAIMANTS_KEY)]
-    if not holders:
-        return set()
-    pipe = client.pipeline(transaction=False)
-    for holder in holders:
-        pipe.smembers(CLAIMS_PREFIX + holder)
-        pipe.exists(CLAIMS_PREFIX + holder)
-    replies = pipe.execute()
-    claimed: set[str] = set()
-    for holder, members, exists in zip(holders, replies[0::2], replies[1::2], strict=True):
-        claimed.update(m.decode() if isinstance(m, bytes) else str(m) for m in members)
-        if not exists:
-            client.srem(CLAIMANTS_KEY, holder)  # a holder that holds nothing re-adds itself at its next beat
+    with redis_errors(client, _WHAT):
+        holders = [h.decode() if isinstance(h, bytes) else str(h) for h in client.smembers(CLAIMANTS_KEY)]
+        if not holders:
+            return set()
+        pipe = client.pipeline(transaction=False)
+        for holder in holders:
+            pipe.smembers(CLAIMS_PREFIX + holder)
+            pipe.exists(CLAIMS_PREFIX + holder)
+        replies = pipe.execute()
+        claimed: set[str] = set()
+        for holder, members, exists in zip(holders, replies[0::2], replies[1::2], strict=True):
+            claimed.update(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+            if not exists:
+                client.srem(CLAIMANTS_KEY, holder)  # a holder that holds nothing re-adds itself at its next beat
     return claimed
 
 
@@ -88,8 +94,9 @@ def orphan_grace_s(dead_after_s: float) -> float:
 def orphaned_tags(client: redis.Redis, *, grace_s: float, now: float | None = None) -> list[str]:
     """Unacked messages delivered more than ``grace_s`` ago that no live worker claims."""
     cutoff = (time.time() if now is None else now) - grace_s
-    old = [t.decode() if isinstance(t, bytes) else str(t)
-           for t in client.zrangebyscore(UNACKED_INDEX, "-inf", cutoff)]
+    with redis_errors(client, _WHAT):
+        old = [t.decode() if isinstance(t, bytes) else str(t)
+               for t in client.zrangebyscore(UNACKED_INDEX, "-inf", cutoff)]
     if not old:
         return []
     claimed = claimed_tags(client)
@@ -100,12 +107,13 @@ def release_orphans(client: redis.Redis, restore: Callable[[str], None], *, hold
                     lock_s: float) -> list[str]:
     """Put every orphaned message back on its queue (``restore(tag)``), and the inboxes of dead consumers
     (:mod:`shardfuse.workers.broker.inbox`); one worker at a time does it."""
-    if not client.set(REAPER_LOCK, holder, nx=True, px=int(lock_s * 1000)):
-        return []
-    release_dead_inboxes(client, grace_s=grace_s)
-    orphans = orphaned_tags(client, grace_s=grace_s)
-    for tag in orphans:
-        restore(tag)
+    with redis_errors(client, _WHAT):
+        if not client.set(REAPER_LOCK, holder, nx=True, px=int(lock_s * 1000)):
+            return []
+        release_dead_inboxes(client, grace_s=grace_s)
+        orphans = orphaned_tags(client, grace_s=grace_s)
+        for tag in orphans:
+            restore(tag)
     if orphans:
         log.warning("put %d message(s) held by dead worker(s) back on their queues", len(orphans))
     return orphans

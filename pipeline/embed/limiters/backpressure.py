@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from redis import Redis
 
 from shardfuse.pipeline.config.settings import EmbedderSettings
-from shardfuse.pipeline.core.errors import StoreUnavailableError
-from shardfuse.pipeline.embed.limiters.global_limiter import LEASE_MARGIN_S, BackpressureTimeout, GlobalLimiter, Lease
+from shardfuse.pipeline.core.errors import BackpressureTimeout, TransientError
+from shardfuse.pipeline.embed.limiters.global_limiter import LEASE_MARGIN_S, GlobalLimiter, Lease
 
 __all__ = [
-    "LEASE_MARGIN_S", "AdaptiveLimit", "Backpressure", "BackpressureTimeout",
-    "GlobalLimiter", "Lease", "Outcome", "OutcomeKind", "build_backpressure",
+    "LEASE_MARGIN_S", "AdaptiveLimit", "Backpressure", "GlobalLimiter", "Lease", "Outcome", "OutcomeKind",
+    "build_backpressure",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,8 @@ class Backpressure:
     @contextmanager
     def request(self, tokens: int, *, timeout_s: float) -> Iterator[Lease]:
         """Hold a slot for one provider request of ``tokens`` input tokens; waits at most ``timeout_s``
-        in all, then raises :class:`BackpressureTimeout`. Hold it only around the provider call itself."""
+        in all, then raises :class:`~shardfuse.pipeline.core.errors.BackpressureTimeout`. Hold it only around
+        the provider call itself."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while self._in_flight >= self._limit.current:
@@ -187,7 +188,7 @@ class Backpressure:
     def _pause_everyone(self, delay_s: float) -> None:
         try:
             self._global.pause_for(delay_s)
-        except StoreUnavailableError as exc:
+        except TransientError as exc:
             # The pause only spares the other workers some 429s; this call's retry still waits.
             log.warning("could not share a %.1fs provider pause: %s", delay_s, exc)
 

@@ -34,7 +34,8 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from shardfuse.pipeline.core.errors import StoreUnavailableError, TransientError
+from shardfuse.pipeline.coordination.redis_errors import redis_errors
+from shardfuse.pipeline.core.errors import BackpressureTimeout
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,6 @@ LEASE_MARGIN_S = 10.0
 # whole fleet for an hour); the failing call's own retry still honours it, or gives up.
 MAX_PAUSE_S = 300.0
 WINDOW_S = 60
-
-
-class BackpressureTimeout(TransientError):
-    """No slot or budget became free in time; the work may succeed later."""
-
 
 
 # Every script takes ARGV[1] = now in seconds, or -1 for the Redis server's clock.
@@ -180,7 +176,8 @@ class GlobalLimiter:
 
     ``clock`` (seconds) defaults to the Redis server's clock inside the scripts and ``time.monotonic``
     for local deadlines; tests inject one clock for both, with a ``sleep`` that advances it. Safe to
-    share between threads (redis-py clients are). Redis errors become :class:`StoreUnavailableError`.
+    share between threads (redis-py clients are). Redis errors become ours
+    (:mod:`shardfuse.pipeline.coordination.redis_errors`).
     """
 
     def __init__(
@@ -283,7 +280,5 @@ class GlobalLimiter:
 
     def _run(self, script: Any, keys: list[str], args: list[object]) -> Any:
         now = self._clock() if self._clock is not None else -1
-        try:
+        with redis_errors(self._client, "the embedding rate limiter"):
             return script(keys=[self._keys[name] for name in keys], args=[now, *args])
-        except RedisError as exc:
-            raise StoreUnavailableError(f"the embedding rate limiter's Redis is unavailable: {exc}") from exc

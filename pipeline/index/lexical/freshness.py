@@ -15,6 +15,8 @@ shard, ``(zone, path)`` scored by the dirty version that counted it, in the same
 the maintenance worker can index just those documents as a delta segment over the published generation
 (``pipeline/index/lexical/delta.py``). A commit that cannot name its documents marks the shard ``untracked``
 at its version, and the next update is a full rebuild.
+
+Redis errors reach callers as ours (:mod:`shardfuse.pipeline.coordination.redis_errors`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from shardfuse.pipeline.coordination.redis_errors import redis_errors
+
 _PREFIX = "shardfuse:bm25"
+_WHAT = "BM25 freshness"
 
 # Commits whose time is kept (``shardfuse status``/the exporter: how long a shard has been behind).
 DIRTY_AT_KEEP = 4096
@@ -89,60 +94,69 @@ class Bm25Freshness:
         unknown, which costs a full rebuild); True when the caller must schedule an update."""
         members = [] if keys is None else sorted({_member(z, p) for z, p in keys})
         p = f"{_PREFIX}:{shard}"
-        scheduled = self._redis.eval(
-            _MARK_DIRTY, 5, f"{p}:dirty", f"{p}:touched", f"{p}:untracked", f"{p}:scheduled", f"{p}:dirty_at",
-            self._flag_ttl_s, "1" if keys is None else "0", *members,
-        )
+        with redis_errors(self._redis, _WHAT):
+            scheduled = self._redis.eval(
+                _MARK_DIRTY, 5, f"{p}:dirty", f"{p}:touched", f"{p}:untracked", f"{p}:scheduled", f"{p}:dirty_at",
+                self._flag_ttl_s, "1" if keys is None else "0", *members,
+            )
         return bool(int(scheduled))
 
     def touched(self, shard: int, *, since: int) -> Touched:
         """The dirty version and, atomically with it, the documents written after version ``since``."""
         p = f"{_PREFIX}:{shard}"
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.get(f"{p}:dirty")
-        pipe.zrangebyscore(f"{p}:touched", f"({since}", "+inf", withscores=True)
-        pipe.get(f"{p}:untracked")
-        version, members, untracked = pipe.execute()
+        with redis_errors(self._redis, _WHAT):
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.get(f"{p}:dirty")
+            pipe.zrangebyscore(f"{p}:touched", f"({since}", "+inf", withscores=True)
+            pipe.get(f"{p}:untracked")
+            version, members, untracked = pipe.execute()
         return Touched(int(version or 0), [_key(m) for m, _ in members], int(untracked or 0) > since,
                        [int(score) for _, score in members])
 
     def trim(self, shard: int, *, upto: int) -> None:
         """Forget the documents a generation covering version ``upto`` holds."""
         p = f"{_PREFIX}:{shard}"
-        self._redis.eval(_TRIM, 2, f"{p}:touched", f"{p}:untracked", upto)
+        with redis_errors(self._redis, _WHAT):
+            self._redis.eval(_TRIM, 2, f"{p}:touched", f"{p}:untracked", upto)
 
     def claim_merge(self, shard: int, *, ttl_s: int = 3600) -> bool:
         """True for the one caller that must schedule a merge of ``shard`` (until :meth:`release_merge`)."""
-        return bool(self._redis.set(f"{_PREFIX}:{shard}:merge", 1, nx=True, ex=ttl_s))
+        with redis_errors(self._redis, _WHAT):
+            return bool(self._redis.set(f"{_PREFIX}:{shard}:merge", 1, nx=True, ex=ttl_s))
 
     def release_merge(self, shard: int) -> None:
-        self._redis.delete(f"{_PREFIX}:{shard}:merge")
+        with redis_errors(self._redis, _WHAT):
+            self._redis.delete(f"{_PREFIX}:{shard}:merge")
 
     def begin_rebuild(self, shard: int) -> int:
         """Release the schedule flag and return the dirty version this rebuild will make current."""
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.delete(f"{_PREFIX}:{shard}:scheduled")
-        pipe.get(f"{_PREFIX}:{shard}:dirty")
-        _, version = pipe.execute()
+        with redis_errors(self._redis, _WHAT):
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.delete(f"{_PREFIX}:{shard}:scheduled")
+            pipe.get(f"{_PREFIX}:{shard}:dirty")
+            _, version = pipe.execute()
         return int(version or 0)
 
     def record_build(self, shard: int, *, seconds: float) -> None:
         """Remember how long the last rebuild of ``shard`` took (it paces the next one)."""
-        self._redis.set(f"{_PREFIX}:{shard}:build_seconds", f"{seconds:.3f}")
+        with redis_errors(self._redis, _WHAT):
+            self._redis.set(f"{_PREFIX}:{shard}:build_seconds", f"{seconds:.3f}")
 
     def rebuild_delay(self, shard: int, *, debounce_s: float) -> float:
         """Seconds to wait before the next rebuild: the debounce, or twice the last build if longer."""
-        last = float(self._redis.get(f"{_PREFIX}:{shard}:build_seconds") or 0.0)
+        with redis_errors(self._redis, _WHAT):
+            last = float(self._redis.get(f"{_PREFIX}:{shard}:build_seconds") or 0.0)
         return max(debounce_s, 2 * last)
 
     def behind_s(self, shard: int, *, built_version: int) -> float:
         """How long ago (on the Redis server's clock) the first commit an index built at ``built_version``
         lacks was made; 0 when it lacks none. Only the last :data:`DIRTY_AT_KEEP` commits are remembered, so
         an index further behind than that shows the age of the oldest one remembered."""
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.zrangebyscore(f"{_PREFIX}:{shard}:dirty_at", f"({built_version}", "+inf", start=0, num=1)
-        pipe.time()
-        first, (seconds, micros) = pipe.execute()
+        with redis_errors(self._redis, _WHAT):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.zrangebyscore(f"{_PREFIX}:{shard}:dirty_at", f"({built_version}", "+inf", start=0, num=1)
+            pipe.time()
+            first, (seconds, micros) = pipe.execute()
         if not first:
             return 0.0
         member = first[0].decode() if isinstance(first[0], bytes) else str(first[0])
@@ -150,11 +164,13 @@ class Bm25Freshness:
         return max(0.0, (int(seconds) - int(at_s)) + (int(micros) - int(at_us)) / 1e6)
 
     def dirty_version(self, shard: int) -> int:
-        return int(self._redis.get(f"{_PREFIX}:{shard}:dirty") or 0)
+        with redis_errors(self._redis, _WHAT):
+            return int(self._redis.get(f"{_PREFIX}:{shard}:dirty") or 0)
 
     def dirty_versions(self, shards: int) -> list[int]:
         """Every shard's write counter, in one round trip."""
-        values = self._redis.mget([f"{_PREFIX}:{shard}:dirty" for shard in range(shards)])
+        with redis_errors(self._redis, _WHAT):
+            values = self._redis.mget([f"{_PREFIX}:{shard}:dirty" for shard in range(shards)])
         return [int(v or 0) for v in values]
 
 

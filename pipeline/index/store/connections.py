@@ -1,19 +1,42 @@
-"""Connection pools for shard databases."""
+"""Connection pools for shard databases, and psycopg's errors translated into ours, in one place.
+
+Every PostgreSQL adapter reaches the database through :func:`pooled_connection` or
+:func:`reading_connection` (or, for a connection of its own, :func:`postgres_errors`), so nothing above the
+adapters sees a ``psycopg.Error``:
+
+- the database out of reach (connection refused or lost, the server shutting down or starting up, a pool
+  that found no connection in time, out of connections or disk) is
+  :class:`~shardfuse.pipeline.core.errors.StoreUnavailableError`;
+- a table that does not exist yet is :class:`~shardfuse.pipeline.core.errors.SchemaMissingError`;
+- anything else the server refused (a deadlock, a statement timeout, a constraint) is a plain
+  :class:`~shardfuse.pipeline.core.errors.TransientError`, retried and then dead-lettered with the server's
+  words.
+
+Messages name what was being reached and where (``host:port/dbname``, never a password) and chain the
+psycopg error as their cause. Inside the ``with`` block psycopg's own errors are still there to catch (say
+``LockNotAvailable``); only what escapes it is translated.
+"""
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg import pq
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg import errors, pq
+from psycopg_pool import ConnectionPool
 
-from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.core.errors import SchemaMissingError, ShardfuseError, StoreUnavailableError, TransientError
+
+# SQLSTATE classes of a database out of reach: connection exception (08), insufficient resources (53),
+# operator intervention stopping the server (57P), system error (58). Client-side failures (refused
+# connections, a pool timeout) carry no SQLSTATE at all.
+_UNREACHABLE_STATES = ("08", "53", "57P", "58")
+_MISSING = (errors.UndefinedTable, errors.InvalidSchemaName)
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -28,43 +51,78 @@ def open_pool(
     The extension is created first on a plain connection: ``register_vector`` fails on a database that
     does not have it yet, and a pool that failed its configure step would retry forever in the background.
     """
-    try:
+    with postgres_errors("the", where=lambda: postgres_location(dsn)):
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    except psycopg.OperationalError as exc:
-        raise StoreUnavailableError(f"cannot reach PostgreSQL at {_redact(dsn)}: {exc}") from exc
-    pool = ConnectionPool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        configure=_configure,
-        timeout=timeout,
-        open=False,
-        name="shardfuse",
-    )
-    pool.open(wait=True, timeout=timeout)
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            configure=_configure,
+            timeout=timeout,
+            open=False,
+            name="shardfuse",
+        )
+        try:
+            pool.open(wait=True, timeout=timeout)
+        except BaseException:
+            pool.close()  # or it keeps trying to connect in the background
+            raise
     return pool
 
 
-def _redact(dsn: str) -> str:
-    """A DSN fit for an error message: the password, if any, replaced."""
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    if "password" in info:
-        info["password"] = "***"
-    return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in info.items() if v is not None})
+def postgres_location(conninfo: str) -> str:
+    """Where a connection string points, fit for a message: ``host:port/dbname``; no user, no password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "<unparseable connection string>"
+    host = params.get("host") or params.get("hostaddr") or "the default socket"
+    dbname = params.get("dbname")
+    return f"{host}:{params.get('port') or 5432}" + (f"/{dbname}" if dbname else "")
+
+
+def translated(exc: psycopg.Error, *, what: str, where: str) -> ShardfuseError:
+    """Our error for a psycopg error met while reaching ``what`` (``"shard 3"``) at ``where``."""
+    if isinstance(exc, _MISSING):
+        return SchemaMissingError(f"{what} database (PostgreSQL at {where}) lacks a table no worker has created "
+                                  f"yet: {exc}")
+    if _unreachable(exc):
+        return StoreUnavailableError(f"{what} database unavailable (PostgreSQL at {where}): {exc}")
+    return TransientError(f"{what} database (PostgreSQL at {where}) failed: {type(exc).__name__} "
+                          f"[{exc.sqlstate or 'no SQLSTATE'}]: {exc}")
+
+
+def _unreachable(exc: psycopg.Error) -> bool:
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    return exc.sqlstate is None or exc.sqlstate.startswith(_UNREACHABLE_STATES)
+
+
+@contextmanager
+def postgres_errors(what: str, *, where: str | Callable[[], str]) -> Iterator[None]:
+    """Translate the psycopg errors escaping the block (:func:`translated`), chaining them as the cause.
+    ``where`` may be a function, called only when there is an error to describe."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise translated(exc, what=what, where=where if isinstance(where, str) else where()) from exc
+
+
+def pool_location(pool: Any) -> str:
+    """Where ``pool``'s connections go (:func:`postgres_location` of its ``conninfo``)."""
+    conninfo = getattr(pool, "conninfo", None)
+    return postgres_location(conninfo) if isinstance(conninfo, str) else "an unknown address"
 
 
 @contextmanager
 def pooled_connection(
     pool: ConnectionPool[psycopg.Connection[Any]], *, what: str
 ) -> Iterator[psycopg.Connection[Any]]:
-    """A connection from ``pool``; losing the database becomes a :class:`StoreUnavailableError` (retried),
-    naming ``what`` was being reached."""
-    try:
-        with pool.connection() as conn:
-            yield conn
-    except (psycopg.OperationalError, PoolTimeout) as exc:
-        raise StoreUnavailableError(f"{what} database unavailable: {exc}") from exc
+    """A connection from ``pool``; psycopg errors escaping the block become ours (:func:`translated`), naming
+    ``what`` was being reached: losing the database is a :class:`StoreUnavailableError` (retried)."""
+    with postgres_errors(what, where=lambda: pool_location(pool)), pool.connection() as conn:
+        yield conn
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from typing import Any
 from psycopg import sql
 
 from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.index.store.connections import pooled_connection
 from shardfuse.pipeline.index.store.schema import shard_schema
 from shardfuse.pipeline.index.store.shard_store import ShardStore
 
@@ -19,7 +20,7 @@ def chunk_quality(store: ShardStore) -> dict[str, dict[str, Any]]:
     schema = sql.Identifier(shard_schema(store.shard))
     out: dict[str, dict[str, Any]] = defaultdict(lambda: {"dropped": {}, "backfill_documents": 0,
                                                           "backfill_chunks": 0})
-    with store.pool.connection() as conn:
+    with pooled_connection(store.pool, what=f"shard {store.shard}") as conn:
         dropped = conn.execute(
             sql.SQL(
                 "SELECT d.zone, r.key, sum(r.value::int) FROM {s}.documents d, jsonb_each_text(d.dropped) r "
@@ -48,7 +49,7 @@ def backfill_events(store: ShardStore, zone: str) -> list[WriteEvent]:
         "WHERE d.zone = %s AND d.status = 'indexed' AND EXISTS (SELECT 1 FROM {s}.chunks c WHERE c.zone = d.zone "
         "AND c.path = d.path AND c.context_source = 'backfill') ORDER BY d.path"
     ).format(s=schema)
-    with store.pool.connection() as conn:
+    with pooled_connection(store.pool, what=f"shard {store.shard}") as conn:
         rows = conn.execute(query, (zone,)).fetchall()
     return [
         WriteEvent(

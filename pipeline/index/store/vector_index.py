@@ -26,6 +26,7 @@ import psycopg
 from psycopg import errors, sql
 
 from shardfuse.pipeline.config.settings import VectorStorage
+from shardfuse.pipeline.index.store.connections import postgres_errors, postgres_location
 from shardfuse.pipeline.index.store.vector_types import VectorType, cosine_opclass, shard_vector_type
 
 log = logging.getLogger(__name__)
@@ -128,8 +129,14 @@ def build_index(dsn: str, schema: str, build: BuildSettings) -> float | None:
     """Build the deferred index (``CREATE INDEX CONCURRENTLY``: writes and searches go on) and clear the
     marker; seconds taken, or None when another process is building it already.
 
-    A build that failed earlier leaves an invalid index behind; it is dropped first.
+    A build that failed earlier leaves an invalid index behind; it is dropped first. psycopg errors become
+    ours (:func:`~shardfuse.pipeline.index.store.connections.postgres_errors`).
     """
+    with postgres_errors(f"{schema}'s", where=lambda: postgres_location(dsn)):
+        return _build(dsn, schema, build)
+
+
+def _build(dsn: str, schema: str, build: BuildSettings) -> float | None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         key = (schema, _BUILD_LOCK_KEY)
         locked = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, %s))", key).fetchone()

@@ -15,11 +15,10 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import errors
 from psycopg_pool import ConnectionPool
 
 from shardfuse.pipeline.config.settings import DEFAULT_MODEL
-from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.core.errors import ConfigurationError, SchemaMissingError
 from shardfuse.pipeline.index.store.connections import reading_connection
 
 _COLUMNS = "zone, active, target, previous, started_at, switched_at"
@@ -117,6 +116,6 @@ class ActiveModels:
         try:
             with reading_connection(self._pool, what="the zone models") as conn:
                 rows = conn.execute("SELECT zone, active FROM shardfuse.zone_models").fetchall()
-        except errors.UndefinedTable:
+        except SchemaMissingError:
             return {}
         return {zone: active for zone, active in rows}

@@ -18,12 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardfuse.pipeline.config.settings import EmbedderProvider, EmbedderSettings
-from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.core.errors import BackpressureTimeout, StoreUnavailableError
 from shardfuse.pipeline.embed.limiters.backpressure import (
     LEASE_MARGIN_S,
     AdaptiveLimit,
     Backpressure,
-    BackpressureTimeout,
     GlobalLimiter,
     Outcome,
     build_backpressure,

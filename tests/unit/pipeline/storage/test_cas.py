@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from shardfuse.pipeline.core.errors import ContentNotFoundError, InvalidEventError, PermanentError
+from shardfuse.pipeline.core.errors import (
+    ContentNotFoundError,
+    InvalidEventError,
+    PermanentError,
+    StoreUnavailableError,
+)
 from shardfuse.pipeline.storage.cas import ContentStore, InMemoryContentStore, LocalContentStore, hash_content
 
 DATA = b"print('hello')\n"
@@ -110,3 +115,29 @@ def test_local_corrupt_file_is_a_permanent_error(tmp_path: Path) -> None:
 def test_local_store_reads_what_another_instance_wrote(tmp_path: Path) -> None:
     name = LocalContentStore(tmp_path).put(DATA)
     assert LocalContentStore(tmp_path).get(name) == DATA
+
+
+def test_local_missing_content_is_permanent_even_before_anything_was_stored(tmp_path: Path) -> None:
+    store = LocalContentStore(tmp_path / "never-written")
+    with pytest.raises(ContentNotFoundError, match="shardfuse deadletters retry"):
+        store.size(MISSING)
+    with pytest.raises(ContentNotFoundError):
+        store.get(MISSING)
+
+
+def test_local_filesystem_trouble_is_the_store_unavailable_not_missing_content(tmp_path: Path) -> None:
+    root = tmp_path / "cas"
+    root.write_bytes(b"")  # the CAS volume is not what it should be: every path under it fails
+    store = LocalContentStore(root)
+    for action in (lambda: store.put(DATA), lambda: store.get(DATA_HASH), lambda: store.size(DATA_HASH)):
+        with pytest.raises(StoreUnavailableError, match=f"in the CAS at {root}") as info:
+            action()
+        assert isinstance(info.value.__cause__, OSError)
+        assert not isinstance(info.value, PermanentError)
+
+
+def test_local_unreadable_content_file_is_the_store_unavailable(tmp_path: Path) -> None:
+    store = LocalContentStore(tmp_path)
+    store.path_for(DATA_HASH).mkdir(parents=True)  # a directory where the file should be: read fails
+    with pytest.raises(StoreUnavailableError, match=f"cannot read {DATA_HASH}"):
+        store.get(DATA_HASH)
