@@ -26,13 +26,13 @@ from prometheus_client.registry import Collector
 
 from shardfuse.pipeline.admin.dead_letters import dead_letter_count
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.coordination.build_schedule import VectorIndexSchedule
 from shardfuse.pipeline.core.errors import SchemaMissingError, ShardfuseError
 from shardfuse.pipeline.index.store import vector_index
 from shardfuse.pipeline.index.store.schema import shard_schema
 from shardfuse.workers import monitor
 from shardfuse.workers.broker.inbox import UNREADABLE_KEY
 from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
-from shardfuse.workers.tasks.base import VECTOR_INDEX_FLAG
 
 log = logging.getLogger(__name__)
 NAMESPACE = "shardfuse"
@@ -79,7 +79,7 @@ def broker_families(settings: Settings, client: redis.Redis) -> list[Metric]:
         behind.add_metric(shard, row["behind_s"])
         current.add_metric(shard, int(row["current"]))
         generation.add_metric(shard, -1 if row["generation"] is None else row["generation"])
-        scheduled.add_metric(shard, int(client.exists(f"{VECTOR_INDEX_FLAG}:{row['shard']}")))
+        scheduled.add_metric(shard, int(VectorIndexSchedule(client).scheduled(row["shard"])))
     return [waiting, in_flight, oldest_waiting, oldest_held, dead_held, unreadable, lag, behind, current, generation,
             scheduled]
 

@@ -27,6 +27,7 @@ from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.store import ShardPools, ShardStore
 from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
+from shardfuse.pipeline.index.store.connections import pooled_connection
 from shardfuse.pipeline.index.store.context_cache import PostgresContextCache
 from shardfuse.pipeline.index.store.schema import ensure_shared_schema
 from shardfuse.pipeline.index.store.vector_index import DeferPolicy
@@ -75,7 +76,7 @@ class WorkerRuntime:
 
         def build() -> Any:
             pool = self._pools.shared
-            with pool.connection() as conn:
+            with pooled_connection(pool, what="the shared tables") as conn:
                 ensure_shared_schema(conn)
             return pool
 

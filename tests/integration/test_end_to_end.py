@@ -288,7 +288,7 @@ def test_a_bulk_load_defers_the_hnsw_index_and_the_maintenance_pool_builds_it_af
 
 def test_a_query_naming_a_function_finds_the_chunk_that_defines_it(stack: Stack) -> None:
     files = ["pipeline/ingest/chunkers/token_windows.py", "pipeline/ingest/preparation.py", "pipeline/ingest/stage.py",
-             "docs/architecture.md"]
+             "tests/fixtures/markdown/architecture.md"]
     with stack.publisher() as publisher:
         for name in files:
             publisher.write(zone="code", path=name, data=(REPO / name).read_bytes())

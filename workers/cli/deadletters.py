@@ -15,6 +15,7 @@ from shardfuse.pipeline.admin.dead_letters import (
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.index.store import ShardPools
+from shardfuse.pipeline.index.store.connections import pooled_connection
 from shardfuse.pipeline.index.store.schema import ensure_shared_schema
 from shardfuse.workers.app import create_app
 
@@ -40,7 +41,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     with ShardPools(settings, min_size=1, max_size=1) as pools:
         pool = pools.shared
-        with pool.connection() as conn:
+        with pooled_connection(pool, what="the dead-letter store") as conn:
             ensure_shared_schema(conn)
         if args.action == "list":
             rows = list_dead_letters(pool, zone=args.zone, limit=args.limit)

@@ -17,6 +17,7 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.embed.providers import build_embedder
 from shardfuse.pipeline.embed.stage import EmbeddingStage
 from shardfuse.pipeline.index.store import ShardPools, zone_models
+from shardfuse.pipeline.index.store.connections import pooled_connection
 from shardfuse.pipeline.index.store.pools import build_settings
 from shardfuse.pipeline.index.store.schema import ensure_shared_schema
 from shardfuse.workers.embedding_models import build_stage
@@ -107,7 +108,7 @@ def _print_shards(job: ZoneReindex) -> None:
 
 def run_status(args: argparse.Namespace, settings: Settings) -> int:
     with ShardPools(settings, min_size=1, max_size=2) as pools:
-        with pools.shared.connection() as conn:
+        with pooled_connection(pools.shared, what="the zone models") as conn:
             ensure_shared_schema(conn)
             states = [s for s in zone_models.all_zone_models(conn) if args.zone in (None, s.zone)]
         zones = []

@@ -14,6 +14,7 @@ from celery.exceptions import Reject
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from shardfuse.pipeline.admin.dead_letters import record_dead_letter
+from shardfuse.pipeline.coordination.build_schedule import VectorIndexSchedule
 from shardfuse.pipeline.core.errors import InvalidEventError, StoreUnavailableError, TransientError
 from shardfuse.pipeline.observability import metrics
 from shardfuse.workers.logs import item_fields, log_context
@@ -23,9 +24,6 @@ from shardfuse.workers.runtime import WorkerRuntime
 from shardfuse.workers.tasks.settlement import Verdict, retry_countdown, settle, verdict
 
 log = logging.getLogger(__name__)
-# Set while a vector index build of a shard is scheduled (the TTL outlives a stuck one).
-VECTOR_INDEX_FLAG = "shardfuse:vector_index:scheduled"
-VECTOR_INDEX_FLAG_TTL_S = 3600
 # A message whose failures could not be recorded waits this long before it goes back on its queue.
 REQUEUE_PAUSE_S = 2.0
 
@@ -212,13 +210,13 @@ class PipelineTask(Task):  # type: ignore[misc]
         """After a commit to ``shard`` while its HNSW index is deferred: make sure a build will follow (one
         scheduled build per shard at a time; it waits for the queues to empty)."""
         runtime = self.runtime
-        if runtime.redis.set(f"{VECTOR_INDEX_FLAG}:{shard}", 1, nx=True, ex=VECTOR_INDEX_FLAG_TTL_S):
+        if VectorIndexSchedule(runtime.redis).claim(shard):
             self.publish(TaskName.VECTOR_INDEX_BUILD.value, {"shard": shard},
                          countdown=runtime.settings.vector_index.build_debounce_s)
 
     def clear_vector_index_schedule(self, shard: int) -> None:
         """Let the next commit to ``shard`` schedule a build again."""
-        self.runtime.redis.delete(f"{VECTOR_INDEX_FLAG}:{shard}")
+        VectorIndexSchedule(self.runtime.redis).clear(shard)
 
     def schedule_bm25(self, shard: int, keys: Iterable[tuple[str, str]]) -> None:
         """After a commit to ``shard`` of the documents ``keys`` (``(zone, path)``): record them and make

@@ -62,8 +62,10 @@ def test_masked_top_k_equals_zone_filtered_brute_force(
     # Same scores, in the same order, as the brute-force top k.
     np.testing.assert_allclose([hit.score for hit in hits], [s for s, _ in expected[: len(hits)]], rtol=1e-6)
     if hits:
-        # Same documents, modulo ties at the cut: everything strictly above the k-th score must match.
-        cut = hits[-1].score
+        # Same documents, modulo ties at the cut: everything clearly above the k-th score must match. "Clearly":
+        # beyond the float32 rounding the index scores with (the brute force is float64), or a document tied
+        # with the cut could count as above it on one side only.
+        cut = hits[-1].score * (1 + 1e-6)
         assert {h.chunk_id for h in hits if h.score > cut} == {c for s, c in expected if s > cut}
     if k >= len(expected):
         assert {hit.chunk_id for hit in hits} == {c for _, c in expected}

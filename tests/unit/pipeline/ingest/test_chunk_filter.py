@@ -225,7 +225,7 @@ def test_verdicts_do_not_depend_on_the_hash_seed() -> None:
         "print(json.dumps([asdict(v) for v in filter_chunks(texts, counter=TokenCounter(), "
         "settings=FilterSettings())]))"
     )
-    texts = paragraphs("docs/architecture.md") + [CACHE, CACHE_EDITED, PACKING]
+    texts = paragraphs("tests/fixtures/markdown/architecture.md") + [CACHE, CACHE_EDITED, PACKING]
     outputs = {
         subprocess.run(
             [sys.executable, "-c", script],
@@ -299,7 +299,7 @@ def test_semantic_novelty_is_exact_against_the_last_kept_window() -> None:
 
 
 def test_repository_docs_keep_most_paragraphs() -> None:
-    texts = paragraphs("README.md", "docs/architecture.md")
+    texts = paragraphs("README.md", "tests/fixtures/markdown/architecture.md")
     verdicts = run(texts)
     dropped = [texts[v.index] for v in verdicts if not v.kept]
     # What is dropped is short headings and labels ("## Query", "Publishing from Python:"): single lines
@@ -312,7 +312,7 @@ def test_repository_docs_keep_most_paragraphs() -> None:
 
 
 def test_repeated_repository_docs_drop_every_second_copy_as_duplicate() -> None:
-    texts = paragraphs("README.md", "docs/architecture.md")
+    texts = paragraphs("README.md", "tests/fixtures/markdown/architecture.md")
     once = run(texts)
     twice = run(texts + texts)
     assert twice[: len(texts)] == once

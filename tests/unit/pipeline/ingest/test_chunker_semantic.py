@@ -14,7 +14,7 @@ from shardfuse.pipeline.ingest.chunkers.semantic import semantic_spans
 from tests.support.paths import REPO
 
 COUNTER = TokenCounter()
-REAL_FILES = {"README.md": "markdown", "docs/architecture.md": "markdown",
+REAL_FILES = {"README.md": "markdown", "tests/fixtures/markdown/architecture.md": "markdown",
               "pipeline/ingest/chunkers/token_windows.py": "text"}
 BUDGETS = (64, 256, 512)
 ARCH_TITLE = "shardfuse architecture (living copy)"
@@ -79,7 +79,7 @@ def test_invariants_on_real_files(name: str, max_tokens: int) -> None:
 
 
 @pytest.mark.parametrize("max_tokens", BUDGETS)
-@pytest.mark.parametrize("name", ["README.md", "docs/architecture.md"])
+@pytest.mark.parametrize("name", ["README.md", "tests/fixtures/markdown/architecture.md"])
 def test_real_headings_are_never_alone_when_their_paragraph_fits(name: str, max_tokens: int) -> None:
     text = (REPO / name).read_text(encoding="utf-8")
     spans = spans_of(text, "markdown", max_tokens)
@@ -92,7 +92,7 @@ def test_real_headings_are_never_alone_when_their_paragraph_fits(name: str, max_
 
 @pytest.mark.parametrize("max_tokens", [256, 512])
 def test_heading_path_of_a_known_section(max_tokens: int) -> None:
-    text = (REPO / "docs/architecture.md").read_text(encoding="utf-8")
+    text = (REPO / "tests/fixtures/markdown/architecture.md").read_text(encoding="utf-8")
     spans = spans_of(text, "markdown", max_tokens)
     heading = "### How a document's chunks are replaced atomically"
     span = span_with(text, spans, heading)
@@ -105,7 +105,7 @@ def test_heading_path_of_a_known_section(max_tokens: int) -> None:
 
 
 def test_one_megabyte_of_markdown_keeps_the_invariants() -> None:
-    text = (REPO / "docs/architecture.md").read_text(encoding="utf-8") + "\n\n"
+    text = (REPO / "tests/fixtures/markdown/architecture.md").read_text(encoding="utf-8") + "\n\n"
     text = text * (1_000_000 // len(text) + 1)
     spans = spans_of(text, "markdown", 256, overlap=32)
     assert spans[0].start == 0 and spans[-1].end == len(text)
@@ -412,7 +412,7 @@ class OtherEncodingCounter(TokenCounter):
 
 
 def test_other_encodings_count_each_span_on_its_own() -> None:
-    text = (REPO / "docs/architecture.md").read_text(encoding="utf-8")
+    text = (REPO / "tests/fixtures/markdown/architecture.md").read_text(encoding="utf-8")
     budget = ChunkBudget(max_tokens=128, overlap_tokens=8)
     spans = semantic_spans(text, fmt="markdown", counter=OtherEncodingCounter(), budget=budget)
     assert_invariants(text, spans, 128)

@@ -40,8 +40,9 @@ def test_each_type_gets_its_strategy() -> None:
 
 
 def test_chunks_of_a_real_markdown_file_carry_lines_and_heading_paths() -> None:
-    text = (REPO / "docs/architecture.md").read_text(encoding="utf-8")
-    chunks = chunk_document(text, path="docs/architecture.md", counter=COUNTER, budget=ChunkBudget(256, 32),
+    text = (REPO / "tests/fixtures/markdown/architecture.md").read_text(encoding="utf-8")
+    chunks = chunk_document(text, path="tests/fixtures/markdown/architecture.md", counter=COUNTER,
+                            budget=ChunkBudget(256, 32),
                             strategies=STRATEGIES)
     for chunk in chunks:
         assert chunk.text == text[chunk.start_char : chunk.end_char]
