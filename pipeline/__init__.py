@@ -1,4 +1,5 @@
-"""shardfuse indexing domain: events, CAS, decoding, chunking, embeddings and shard stores.
+"""shardfuse indexing domain, one subpackage per stage: ``config``, ``core``, ``ingest``, ``embed``, ``index``,
+``storage``, ``coordination``, ``observability``, ``admin`` (see docs/architecture.md).
 
-Nothing in this package imports Celery: ``workers/`` wires these functions to queues.
+Nothing in this package imports Celery: ``shardfuse.workers`` wires these functions to queues.
 """

@@ -37,6 +37,10 @@ from shardfuse.pipeline.index.store import ApplyOutcome, DocStatus, DocumentChan
 from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
 
 log = logging.getLogger(__name__)
+# How long a shard's list of each zone's embedding models is reused before it is read again: a reindex's
+# start or finish reaches this worker's writes within this long (the shard's transaction refuses a write that
+# lacks a listed model at once; a write carrying one model too many is only wasted work).
+FILL_TTL_S = 2.0
 
 
 @dataclass(slots=True)
@@ -72,7 +76,7 @@ class EmbedBatcher:
         max_wait_s: float,
         gate: BulkLoadGate | None = None,
         stages: Callable[[str], EmbeddingStage] | None = None,
-        fill_ttl_s: float = 2.0,
+        fill_ttl_s: float = FILL_TTL_S,
     ) -> None:
         self._stage = stage
         # Other embedding models' stages, by name, for zones being reindexed (built on first use).

@@ -1,1 +1,1 @@
-"""Metrics every process records."""
+"""Metrics: counters and histograms defined once with prometheus_client, and each worker pool's /metrics."""

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 
 import psycopg
 import pytest
 
+from shardfuse.pipeline.embed.batcher import FILL_TTL_S
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
@@ -99,6 +101,7 @@ def test_a_zone_moves_to_a_new_model_side_by_side_and_switches_at_once(stack: St
     stack.wait()
     assert _vectors(stack, zone)["before_finish.txt"] == (True, True)
     stack.cli("reindex", "finish", "--zone", zone, "--model", "mini")
+    time.sleep(FILL_TTL_S + 0.5)  # the embed workers read the zone's models again (writing both is only waste)
     _publish(stack, zone, ["after_finish"])
     stack.wait()
     assert _vectors(stack, zone)["after_finish.txt"] == (False, True)
