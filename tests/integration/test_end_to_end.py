@@ -255,6 +255,7 @@ def test_a_bulk_load_defers_the_hnsw_index_and_the_maintenance_pool_builds_it_af
     from shardfuse.pipeline.index.store import ShardPools
     from shardfuse.workers.app import create_app
     from shardfuse.workers.names import Queue
+    from shardfuse.workers.stack.celery_processes import worker_nodename
     from shardfuse.workers.stack.layout import StackLayout
 
     log = StackLayout(stack.settings.data_path).log_file("worker-embed")
@@ -262,14 +263,17 @@ def test_a_bulk_load_defers_the_hnsw_index_and_the_maintenance_pool_builds_it_af
     # The load arrives while the ingest pool is paused, as a backlog (a trickle the workers keep up with
     # never defers the index: the load coming at a shard is what waits in the queues).
     control = create_app(stack.settings).control
-    assert control.cancel_consumer(Queue.INGEST.value, reply=True, timeout=10)
+    # Addressed to the ingest pool alone: a broadcast add_consumer would make every pool consume `ingest` for
+    # the rest of the session (ingest tasks then ran on the embed, maintenance and query pools).
+    ingest_pool = [worker_nodename(Queue.INGEST)]
+    assert control.cancel_consumer(Queue.INGEST.value, destination=ingest_pool, reply=True, timeout=10)
     try:
         with stack.publisher() as publisher:
             for i in range(600):
                 publisher.write(zone="bulk", path=f"b{i:04d}.txt",
                                 data=f"bulk document {i} about the numbat {i % 13}\n\nsecond part {i}".encode())
     finally:
-        assert control.add_consumer(Queue.INGEST.value, reply=True, timeout=10)
+        assert control.add_consumer(Queue.INGEST.value, destination=ingest_pool, reply=True, timeout=10)
     stack.wait()  # idle means the deferred builds ran too
     assert log.read_text().count("HNSW index dropped for a bulk load") > dropped_before
     with ShardPools(stack.settings, min_size=1, max_size=1) as pools:

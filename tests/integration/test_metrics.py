@@ -111,12 +111,13 @@ def test_each_pool_serves_exact_counts_of_what_the_pipeline_did(stack: Stack) ->
     assert _counts(stack) == expected  # and nothing more arrives: each event counted once
 
     # Each pool counted its own stage's part of this work only, so adding the pools up counts nothing twice.
-    # (Earlier tests of the session may have put a task on another queue's pool on purpose: compare deltas.)
+    # (Deltas: the numbers before this test are whatever earlier tests of the session did.)
     pools = _pools(stack)
     grown = {queue: {stage for stage, value in counts.items() if value > stages_before[queue].get(stage, 0)}
              for queue, counts in _stages(pools).items()}
-    assert grown[Queue.INGEST] == {"ingest"} and grown[Queue.EMBED] == {"embed"}
-    assert grown[Queue.QUERY] == set() and grown[Queue.MAINTENANCE] == set()
+    seen = f"before {stages_before}, after {_stages(pools)}"
+    assert grown[Queue.INGEST] == {"ingest"} and grown[Queue.EMBED] == {"embed"}, seen
+    assert grown[Queue.QUERY] == set() and grown[Queue.MAINTENANCE] == set(), seen
     assert pools[Queue.INGEST].histograms == {}
 
     status = _status(stack)
