@@ -111,7 +111,8 @@ def test_metric_names_follow_prometheus_conventions() -> None:
     assert "# TYPE shardfuse_query_duration_seconds histogram" in text
 
 
-@pytest.mark.skipif(not Path(PROMTOOL).exists(), reason="promtool is not installed (make install installs Debian's prometheus)")
+@pytest.mark.skipif(not Path(PROMTOOL).exists(),
+                    reason="promtool is not installed (make install installs Debian's prometheus)")
 def test_promtool_accepts_a_pools_exposition(tmp_path: Path) -> None:
     count_in_children(tmp_path, [("inc", "EVENTS", 1, {"stage": "ingest", "outcome": "prepared"}),
                                  ("observe", "QUERY_DURATION", 0.2, {"mode": "keyword", "outcome": "ok"})], children=2)
