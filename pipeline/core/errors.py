@@ -39,6 +39,17 @@ class UnprocessableContentError(PermanentError):
     content fails the same way every time."""
 
 
+class DeadlineExceededError(PermanentError):
+    """One document's work (CAS read, decode, chunking, LLM context) ran past its per-document deadline
+    (``ingest.document_deadline_s``). The same content would overrun again: it is dead-lettered with its
+    reason while the other documents of its message complete."""
+
+
+class UnreadableMessageError(PermanentError):
+    """Bytes on a queue that are not a message shardfuse's workers can run (not a complete kombu envelope,
+    not JSON, too deep, too large, an unknown task): set aside in ``shardfuse:unreadable`` with this reason."""
+
+
 class ConfigurationError(PermanentError):
     """Settings are inconsistent with each other or with what is already stored."""
 

@@ -15,7 +15,9 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from shardfuse.pipeline.admin.dead_letters import record_dead_letter
 from shardfuse.pipeline.coordination.build_schedule import VectorIndexSchedule
+from shardfuse.pipeline.core import failpoints
 from shardfuse.pipeline.core.errors import InvalidEventError, StoreUnavailableError, TransientError
+from shardfuse.pipeline.core.failpoints import Failpoint
 from shardfuse.pipeline.observability import metrics
 from shardfuse.workers.logs import item_fields, log_context
 from shardfuse.workers.names import TASK_QUEUES
@@ -201,6 +203,8 @@ class PipelineTask(Task):  # type: ignore[misc]
         """After commits to shards (``committed``: per shard, the documents written): schedule each shard's
         BM25 update, which indexes just these documents as a delta; with ``vector_index``, also the HNSW
         build of a shard whose index a bulk load deferred."""
+        if committed:
+            failpoints.reach(Failpoint.AFTER_COMMIT, self.runtime.settings.failpoints)
         for shard, keys in sorted(committed.items()):
             self.schedule_bm25(shard, keys)
             if vector_index and self.runtime.bulk_load_gate.deferred(shard):
