@@ -89,9 +89,10 @@ class ShardFanOut:
             records.update(future.result())
         return records
 
-    def current_generations(self) -> list[int | None]:
-        """Every shard's published BM25 generation, switching to it where it changed (part of cache keys)."""
-        return [shard.current_generation() for shard in self.shards]
+    def current_indexes(self) -> list[str | None]:
+        """Every shard's published BM25 index (generation and delta), switching to it where it changed: part of
+        the result cache's keys, so an answer computed before a delta was published is never served after."""
+        return [shard.current_index() for shard in self.shards]
 
     def generations(self) -> dict[str, int | None]:
         """The BM25 generation each shard answered from."""

@@ -1,20 +1,26 @@
 """Caching whole search answers.
 
-The key holds the request and the *state* of every shard: its write counter (bumped by every commit)
-and its published BM25 generation. Any write or rebuild therefore changes the key of every affected query,
-and stale answers are never served; nothing is ever purged (entries expire by TTL).
+The key holds the request and the *state* of every shard: its write version (moved forward by every
+commit: :class:`~shardfuse.pipeline.index.lexical.freshness.Bm25Freshness`) and its published BM25 index —
+generation *and* delta segment (:attr:`~shardfuse.pipeline.index.lexical.manifest.ShardManifest.identity`).
+A commit changes the key (the vector leg sees it at once), and so does publishing the delta that makes it
+searchable by keyword: an answer computed between the two is never served after the publish. Nothing is ever
+purged (entries expire by TTL).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shardfuse.pipeline.config.settings import QuerySettings
+from shardfuse.pipeline.coordination.bounded_cache import BoundedRedisCache
 from shardfuse.query.request import SearchRequest
 
+log = logging.getLogger(__name__)
 _PREFIX = "shardfuse:results:"
 
 
@@ -31,10 +37,11 @@ def settings_fingerprint(settings: QuerySettings) -> str:
 
 
 def cache_key(
-    request: SearchRequest, *, shard_state: Sequence[tuple[int, int | None]], settings_fingerprint: str = "",
+    request: SearchRequest, *, shard_state: Sequence[tuple[int, str | None]], settings_fingerprint: str = "",
     model: str = "default",
 ) -> str:
-    """A key for ``request`` against shards in ``shard_state`` (per shard: write version, BM25 generation),
+    """A key for ``request`` against shards in ``shard_state`` (per shard: write version, published BM25
+    index identity, None when nothing is published),
     answered under the settings of ``settings_fingerprint`` with the embedding model ``model`` (a zone
     switched to another model never gets the old model's answers)."""
     payload = {
@@ -48,21 +55,31 @@ def cache_key(
 
 
 class RedisResultCache:
-    """Answers as JSON in Redis with a TTL; Redis being down only costs the cache, never the query."""
+    """Answers as JSON in Redis with a TTL, at most ``max_entries`` of them and none over ``max_entry_bytes``
+    (:class:`~shardfuse.pipeline.coordination.bounded_cache.BoundedRedisCache`: it shares the broker's Redis).
+    Redis being down, or an entry being unreadable, only costs the cache, never the query."""
 
-    def __init__(self, redis: Any, *, ttl_s: int) -> None:
-        self._redis = redis
+    def __init__(self, redis: Any, *, ttl_s: int, max_entries: int = 2_000, max_entry_bytes: int = 64 * 1024) -> None:
+        self._cache = BoundedRedisCache(redis, name="results", max_entries=max_entries,
+                                        max_entry_bytes=max_entry_bytes)
         self._ttl_s = ttl_s
+
+    @classmethod
+    def from_settings(cls, redis: Any, settings: QuerySettings) -> RedisResultCache:
+        """The cache ``query.result_cache_ttl_s``, ``result_cache_max_entries`` and ``…_max_entry_bytes`` ask for."""
+        return cls(redis, ttl_s=settings.result_cache_ttl_s, max_entries=settings.result_cache_max_entries,
+                   max_entry_bytes=settings.result_cache_max_entry_bytes)
 
     def get(self, key: str) -> dict[str, Any] | None:
         try:
-            raw = self._redis.get(key)
-        except Exception:  # noqa: BLE001 - a cache failure must not fail the search
+            raw = self._cache.get(key)
+            return None if raw is None else dict(json.loads(raw))
+        except Exception:  # noqa: BLE001 - a cache failure (or a corrupt entry) must not fail the search
+            log.debug("result cache: reading %s failed", key, exc_info=True)  # at query rate: no warning flood
             return None
-        return None if raw is None else dict(json.loads(raw))
 
     def put(self, key: str, answer: dict[str, Any]) -> None:
         try:
-            self._redis.set(key, json.dumps(answer), ex=self._ttl_s)
+            self._cache.put(key, json.dumps(answer), ttl_s=self._ttl_s)
         except Exception:  # noqa: BLE001 - a cache failure must not fail the search
-            return
+            log.debug("result cache: writing %s failed", key, exc_info=True)

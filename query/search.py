@@ -91,7 +91,8 @@ class SearchService:
         self._settings = settings
         self._settings_fingerprint = settings_fingerprint(settings)
         self._cache = cache
-        # Per shard, a counter every committed write bumps: part of the cache key.
+        # Per shard, a write version every commit moves forward: part of the cache key, with the published
+        # BM25 index (its generation and delta) of each shard.
         self._write_versions = write_versions
         self._expander = expander
 
@@ -101,15 +102,16 @@ class SearchService:
             self._expander.close()
 
     def search(self, request: SearchRequest) -> dict[str, Any]:
-        """Answer ``request``, from the result cache when the shards have not changed since (unless the
-        request says ``cache=False``: then around both caches)."""
+        """Answer ``request``, from the result cache when no shard has had a commit or published a BM25
+        generation or delta since (unless the request says ``cache=False``: then around both caches)."""
         model = self._model(request)
         if not request.cache:
             return self._search(request, model, embedder=model.direct)
         if self._cache is None or self._write_versions is None:
             return self._search(request, model, embedder=model.cached)
         started = time.perf_counter()
-        state = list(zip(self._write_versions(), self._fan_out.current_generations(), strict=True))
+        # The write versions first: a commit landing in between then changes the next query's key.
+        state = list(zip(self._write_versions(), self._fan_out.current_indexes(), strict=True))
         key = cache_key(request, shard_state=state, settings_fingerprint=self._settings_fingerprint, model=model.name)
         cached = self._cache.get(key)
         if cached is not None:

@@ -37,7 +37,7 @@ class ShardSearcher(Protocol):
 
     def generation(self) -> int | None: ...
 
-    def current_generation(self) -> int | None: ...
+    def current_index(self) -> str | None: ...
 
 
 class StoreShardSearcher:
@@ -75,7 +75,8 @@ class StoreShardSearcher:
     def generation(self) -> int | None:
         return self._lexical.generation
 
-    def current_generation(self) -> int | None:
-        """The published generation, after switching to it if it changed (a cheap stat when it did not)."""
+    def current_index(self) -> str | None:
+        """The published index's identity (generation and delta: ``ShardManifest.identity``), after switching
+        to it if it changed (a cheap stat when it did not); None when nothing is published."""
         manifest = self._lexical.refresh()
-        return manifest.generation if manifest is not None else None
+        return manifest.identity if manifest is not None else None

@@ -14,7 +14,7 @@ from kombu.entity import Queue as KombuQueue
 
 from shardfuse.pipeline.config.settings import Settings, TaskLimits
 from shardfuse.workers.broker.serialization import JSON_ONLY
-from shardfuse.workers.broker.transport import TRANSPORT
+from shardfuse.workers.broker.transport import SENTINEL_TRANSPORT, TLS_TRANSPORT, TRANSPORT
 from shardfuse.workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue
 from shardfuse.workers.runtime import RuntimeHolder
 
@@ -26,10 +26,15 @@ TASK_MODULES = (
 )
 
 
+# Our transport for each Redis URL scheme (the atomic receive and the envelope check on every one).
+_TRANSPORTS = {"redis": TRANSPORT, "rediss": TLS_TRANSPORT, "sentinel": SENTINEL_TRANSPORT}
+
+
 def broker_transport(url: str) -> str | None:
-    """Our Redis transport (:mod:`shardfuse.workers.broker.transport`) for a plain ``redis://`` broker; kombu's choice
-    from the URL scheme otherwise (``rediss://`` keeps kombu's TLS set-up, ``sentinel://`` its failover)."""
-    return TRANSPORT if url.split("://", 1)[0] == "redis" else None
+    """Our Redis transport (:mod:`shardfuse.workers.broker.transport`: the atomic receive and the envelope
+    check) for every Redis broker: ``redis://``, ``rediss://`` (TLS) and ``sentinel://``. None (kombu's
+    choice from the scheme) for anything else, such as ``memory://`` in a test."""
+    return _TRANSPORTS.get(url.split("://", 1)[0].lower())
 
 
 # celery ships no type information, so its decorators are untyped to mypy --strict.
@@ -62,6 +67,9 @@ def create_app(settings: Settings) -> Celery:
         # to be redelivered. Every task is idempotent, so running twice is harmless.
         task_acks_late=True,
         task_reject_on_worker_lost=True,
+        # A run killed by its hard time limit goes back on its queue (Celery would acknowledge it, losing
+        # every event of the message); workers/tasks/strikes.py stops one that is killed every time.
+        task_acks_on_timeout=False,
         # Long tasks: take one message at a time so a busy process does not hoard the queue.
         worker_prefetch_multiplier=1,
         task_queues=[KombuQueue(q.value, routing_key=q.value) for q in Queue],  # type: ignore[no-untyped-call]
@@ -72,7 +80,9 @@ def create_app(settings: Settings) -> Celery:
         broker_transport=broker_transport(settings.broker.url),
         # One list per queue (no priority steps): our transport receives a queue with BLMOVE, atomically.
         broker_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s,
-                                  "priority_steps": [0]},
+                                  "priority_steps": [0],
+                                  # the largest item a worker takes off a queue (broker/envelope.py)
+                                  "max_message_bytes": settings.broker.max_message_bytes},
         result_backend_transport_options={"visibility_timeout": settings.broker.visibility_timeout_s},
         result_expires=3600,
         broker_connection_retry_on_startup=True,

@@ -31,7 +31,7 @@ from shardfuse.pipeline.core.errors import SchemaMissingError, ShardfuseError
 from shardfuse.pipeline.index.store import vector_index
 from shardfuse.pipeline.index.store.schema import shard_schema
 from shardfuse.workers import monitor
-from shardfuse.workers.broker.inbox import UNREADABLE_KEY
+from shardfuse.workers.broker.inbox import unreadable_count
 from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,13 @@ def broker_families(settings: Settings, client: redis.Redis) -> list[Metric]:
         oldest_held.add_metric([queue], held[queue] or 0.0)
     dead_held = _gauge("messages_held_by_dead_workers", "Delivered messages held by workers that stopped.")
     dead_held.add_metric([], len(orphaned_tags(client, grace_s=orphan_grace_s(settings.delivery.dead_after_s))))
-    unreadable = _gauge("unreadable_messages", "Messages that were no task message, kept aside in Redis.")
-    unreadable.add_metric([], int(client.llen(UNREADABLE_KEY)))
+    unreadable = _gauge("unreadable_messages", "Items on the queues no worker could run, set aside with their "
+                                               "reasons (shardfuse unreadable).")
+    unreadable.add_metric([], unreadable_count(client))
 
-    lag = _gauge("bm25_lag_versions", "Commits to the shard its BM25 index does not include yet.", ["shard"])
+    lag = _gauge("bm25_lag_versions",
+                 "Documents of the shard written since its published BM25 index was read (not yet keyword-searchable).",
+                 ["shard"])
     behind = _gauge("bm25_behind_seconds", "Since the first commit the shard's BM25 index lacks (0: none).",
                     ["shard"])
     current = _gauge("bm25_current", "1 when the shard's BM25 index includes every commit and was built by "

@@ -39,7 +39,7 @@ def connect_signals(app: Celery) -> None:
     watch: list[DeliveryWatch] = []
 
     def child_started(**_: Any) -> None:
-        holder.get().warm_up(_consumed_queues(app))
+        holder.get().start_warm_up(_consumed_queues(app))
 
     def worker_starting(**_: Any) -> None:
         # A thread pool's consumer loop is I/O-bound: after each socket read it needs the GIL back, and with
@@ -48,16 +48,20 @@ def connect_signals(app: Celery) -> None:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     def worker_ready(sender: Any = None, **_: Any) -> None:
-        # Prefork children warm up in worker_process_init; thread and solo pools run tasks right here.
-        if not isinstance(getattr(sender, "pool", None), PreforkPool):
-            holder.get().warm_up(_consumed_queues(app))
-        # The process that talks to the broker claims what it holds and releases what dead workers held.
+        # Workers start in any order with their stores. First the watch: the process that talks to the
+        # broker says it is alive, claims what it holds and releases what dead workers held, whether or not
+        # PostgreSQL answers yet (and, if Redis does not, from the first interval it does).
         delivery = holder.settings.delivery
         client = redis.Redis.from_url(holder.settings.broker.url)
         watch.append(DeliveryWatch(client, interval_s=delivery.heartbeat_s, dead_after_s=delivery.dead_after_s,
-                                   restore=_restorer(app)).start())
+                                   restore=_restorer(app)))
         if Queue.MAINTENANCE.value in _consumed_queues(app):
             watch[-1].heartbeat.on_beat(_rebuild_watchdog(app, holder.settings, client))
+        watch[-1].start()
+        # Then the warm-up, retried in the background while a store does not answer. Prefork children warm up in
+        # worker_process_init; thread and solo pools run tasks in this process.
+        if not isinstance(getattr(sender, "pool", None), PreforkPool):
+            holder.get().start_warm_up(_consumed_queues(app))
 
     def stopping(**_: Any) -> None:
         # A prefork child forked after worker_ready inherits the list: only the process that started the

@@ -1,8 +1,9 @@
 """Read-only views of the running system: queue depths, in-flight work, index freshness, shard counts.
 
 Reads the broker's Redis directly (kombu's Redis transport layout: one list per queue and priority, and
-the ``unacked`` hash of delivered-but-unacknowledged messages), so it works with no worker running. Redis
-errors reach callers as ours (:mod:`shardfuse.pipeline.coordination.redis_errors`).
+the ``unacked`` hash of delivered-but-unacknowledged messages), so it works with no worker running; and
+whether each shard's BM25 index is current from the manifests and PostgreSQL (never from Redis alone, which
+can lose data). Redis errors reach callers as ours (:mod:`shardfuse.pipeline.coordination.redis_errors`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import redis
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.coordination.redis_errors import redis_errors
+from shardfuse.pipeline.core.errors import ShardfuseError
 from shardfuse.pipeline.index.lexical import Tokenizer, read_manifest
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.store.lag_reader import ShardLagReader
 from shardfuse.workers.broker.inbox import inbox_depths
 from shardfuse.workers.names import PIPELINE_QUEUES, PUBLISHED_HEADER, Queue
 
@@ -109,62 +112,79 @@ def _published_at(raw: bytes) -> float | None:
     return float(stamp) if isinstance(stamp, int | float) else None
 
 
-def bm25_freshness(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
+def bm25_freshness(settings: Settings, client: redis.Redis, *,
+                   lags: ShardLagReader | None = None) -> list[dict[str, Any]]:
     """Per shard: the published generation and whether it is current: it (with its delta segment) includes
-    every committed write and was built by the configured tokenizer (after a tokenizer change every shard
-    needs a rebuild)."""
+    every document PostgreSQL holds — asked of PostgreSQL (documents changed since the snapshot the index
+    was read at), so it holds after Redis lost data — and was built by the configured tokenizer (after a
+    tokenizer change every shard needs a rebuild). ``lag_versions`` counts the documents changed since,
+    ``behind_s`` how long ago the first of them was written; a shard whose database cannot be read is not
+    current (``error`` says why). ``lags``: a reader kept open across calls (one is opened for this call
+    when None)."""
+    if lags is None:
+        with ShardLagReader(settings) as own:
+            return bm25_freshness(settings, client, lags=own)
     tracker = Bm25Freshness(client)
     tokenizer = Tokenizer(stem=settings.bm25.stemming).name
-    rows = []
-    for shard in range(settings.shards):
-        manifest = read_manifest(settings.bm25_root, shard)
-        dirty = tracker.dirty_version(shard)
-        built = manifest.built_version if manifest else 0
-        rows.append(
-            {
-                "shard": shard,
-                "generation": manifest.generation if manifest else None,
-                "documents": manifest.doc_count if manifest else 0,
-                # Chunks of documents written since the generation, searchable from its delta segment.
-                "delta_documents": manifest.delta_docs if manifest else 0,
-                "built_version": built,
-                "dirty_version": dirty,
-                "tokenizer": manifest.tokenizer if manifest else None,
-                "current": built >= dirty and (manifest is None or manifest.tokenizer == tokenizer),
-            }
-        )
-    return rows
+    versions = tracker.dirty_versions(settings.shards)
+    return [_bm25_row(settings, shard, lags, tokenizer=tokenizer, write_version=versions[shard])
+            for shard in range(settings.shards)]
 
 
-def bm25_lag(settings: Settings, client: redis.Redis) -> list[dict[str, Any]]:
-    """:func:`bm25_freshness`'s rows, each with how far its index is behind the shard's writes:
-    ``lag_versions`` (commits not yet in it) and ``behind_s`` (since the first of them; 0 when none)."""
-    tracker = Bm25Freshness(client)
-    rows = bm25_freshness(settings, client)
-    for row in rows:
-        row["lag_versions"] = max(0, row["dirty_version"] - row["built_version"])
-        row["behind_s"] = (tracker.behind_s(row["shard"], built_version=row["built_version"])
-                           if row["lag_versions"] else 0.0)
-    return rows
+def _bm25_row(settings: Settings, shard: int, lags: ShardLagReader, *, tokenizer: str,
+              write_version: int) -> dict[str, Any]:
+    manifest = read_manifest(settings.bm25_root, shard)
+    row: dict[str, Any] = {
+        "shard": shard,
+        "generation": manifest.generation if manifest else None,
+        "documents": manifest.doc_count if manifest else 0,
+        # Chunks of documents written since the generation, searchable from its delta segment.
+        "delta_documents": manifest.delta_docs if manifest else 0,
+        "built_version": manifest.built_version if manifest else 0,
+        "dirty_version": write_version,  # the write version (result cache keys): the Redis server's clock
+        "tokenizer": manifest.tokenizer if manifest else None,
+    }
+    try:
+        # An index written before versions came from PostgreSQL tracks nothing: behind by every document.
+        lag = lags.lag(shard, manifest.built_snapshot if manifest and manifest.tracks_postgres else None)
+    except ShardfuseError as exc:
+        return {**row, "current": False, "lag_versions": 0, "behind_s": 0.0, "error": str(exc)}
+    return {**row, "current": lag.documents == 0 and (manifest is None or manifest.tokenizer == tokenizer),
+            "lag_versions": lag.documents, "behind_s": round(lag.behind_s, 3)}
 
 
-def stale_shards(settings: Settings, client: redis.Redis) -> list[int]:
-    """Shards whose BM25 index is not current (manifests and dirty versions: cheap, unlike reading unacked)."""
-    return [row["shard"] for row in bm25_freshness(settings, client) if not row["current"]]
+def bm25_lag(settings: Settings, client: redis.Redis, *, lags: ShardLagReader | None = None) -> list[dict[str, Any]]:
+    """:func:`bm25_freshness`'s rows: each says how far its index is behind the shard's documents
+    (``lag_versions``: documents changed since it; ``behind_s``: since the first of them; 0 when none)."""
+    return bm25_freshness(settings, client, lags=lags)
 
 
-def pending_work(settings: Settings, client: redis.Redis) -> dict[str, Any]:
+def stale_shards(settings: Settings, client: redis.Redis, *, lags: ShardLagReader | None = None) -> list[int]:
+    """Shards whose BM25 index is known to be behind (manifests, and one indexed query per shard: cheap,
+    unlike reading unacked). A shard whose database cannot be read is not among them: a rebuild sent now
+    would only fail."""
+    return [row["shard"] for row in bm25_freshness(settings, client, lags=lags)
+            if not row["current"] and "error" not in row]
+
+
+def pending_work(settings: Settings, client: redis.Redis, *, lags: ShardLagReader | None = None) -> dict[str, Any]:
+    """Work waiting or in flight per pipeline queue, the shards whose BM25 index is behind, those whose
+    database could not be read (``unknown_shards``), and whether all of it is nothing (``idle``)."""
     depths = queue_depths(client)
     unacked = unacked_by_queue(client)
     pending = {q.value: depths[q.value] + unacked[q.value] for q in PIPELINE_QUEUES}
-    stale = stale_shards(settings, client)
-    return {"pending": pending, "stale_shards": stale, "idle": not any(pending.values()) and not stale}
+    rows = bm25_freshness(settings, client, lags=lags)
+    stale = [row["shard"] for row in rows if not row["current"] and "error" not in row]
+    unknown = [row["shard"] for row in rows if "error" in row]
+    return {"pending": pending, "stale_shards": stale, "unknown_shards": unknown,
+            "idle": not any(pending.values()) and not stale and not unknown}
 
 
 class LostRebuilds:
     """Shards whose BM25 index stays behind with no maintenance work waiting or running anywhere: the
     rebuild message was lost (its send failed, with the broker down, after the write took the schedule
-    flag), and the shard would stay stale until the next write to it. Fed :func:`pending_work` states,
+    flag; or Redis lost the message, or the commit's bookkeeping never ran), and the shard would stay stale
+    until the next write to it. Fed :func:`pending_work` states,
     :meth:`due` names the shards to send a rebuild for (again at most once per grace)."""
 
     def __init__(self, settings: Settings) -> None:
@@ -193,17 +213,31 @@ def wait_until_indexed(
     poll_s: float = 0.25,
 ) -> bool:
     """Block until every published event is indexed and searchable: the pipeline queues hold nothing
-    (waiting or in flight) and every shard's BM25 generation includes every committed write.
+    (waiting or in flight) and every shard's BM25 index includes every document PostgreSQL holds.
 
     ``reschedule(shard)`` is called for a shard that stays stale with no maintenance work anywhere, which
     can only mean its rebuild message was lost; it should publish a rebuild.
     """
+    with ShardLagReader(settings) as lags:
+        return _wait_until_indexed(settings, lags, timeout=timeout, on_progress=on_progress, reschedule=reschedule,
+                                   poll_s=poll_s)
+
+
+def _wait_until_indexed(
+    settings: Settings,
+    lags: ShardLagReader,
+    *,
+    timeout: float,
+    on_progress: Callable[[dict[str, Any]], None] | None,
+    reschedule: Callable[[int], None] | None,
+    poll_s: float,
+) -> bool:
     client = broker_client(settings)
     deadline = time.monotonic() + timeout
     lost = LostRebuilds(settings)
     idle_since: float | None = None
     while True:
-        state = pending_work(settings, client)
+        state = pending_work(settings, client, lags=lags)
         if on_progress is not None:
             on_progress(state)
         now = time.monotonic()

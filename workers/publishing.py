@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +16,8 @@ from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.pipeline.core.events import WriteEvent
 from shardfuse.pipeline.observability import metrics
 from shardfuse.workers.app import create_app
+from shardfuse.workers.broker.headroom import BrokerHeadroom, RedisMemory
+from shardfuse.workers.monitor import broker_client
 from shardfuse.workers.names import Task
 
 
@@ -24,12 +27,13 @@ class CeleryEventSink:
 
     Events are held until a message is full, :meth:`flush` is called, or the :meth:`connect` block ends
     (which flushes: leaving the block normally means every event was published). A broker out of reach is a
-    :class:`StoreUnavailableError` naming it (``broker``: its URL with the password masked); the events of
-    a message it refused are kept for the next flush.
+    :class:`StoreUnavailableError` naming it (``broker``: its URL with the password masked), and so is a
+    broker past its publishing high-water mark (:mod:`shardfuse.workers.broker.headroom`); the events of a
+    message it refused are kept for the next flush.
     """
 
     def __init__(self, app: Celery, producer: Any, *, events_per_message: int = 1, refresh: bool = False,
-                 broker: str = "") -> None:
+                 broker: str = "", headroom: BrokerHeadroom | None = None) -> None:
         if events_per_message < 1:
             raise ValueError(f"events_per_message must be at least 1, got {events_per_message}")
         self._app = app
@@ -38,6 +42,7 @@ class CeleryEventSink:
         self._refresh = refresh  # re-index at the seq the shards hold (backfill-context)
         self._broker = f"the broker at {broker}" if broker else "the broker"
         self._held: list[dict[str, Any]] = []
+        self._headroom = headroom
         self.messages = 0
 
     @classmethod
@@ -48,9 +53,13 @@ class CeleryEventSink:
         app = create_app(settings)
         per_message = settings.broker.events_per_message if events_per_message is None else events_per_message
         broker = settings.broker.display_url
+        memory = RedisMemory(lambda: broker_client(settings))
+        headroom = BrokerHeadroom(memory, high_water=settings.broker.publish_high_water,
+                                  broker=f"the broker at {broker}")
         try:
-            with app.producer_or_acquire() as producer:
-                sink = cls(app, producer, events_per_message=per_message, refresh=refresh, broker=broker)
+            with contextlib.closing(memory), app.producer_or_acquire() as producer:
+                sink = cls(app, producer, events_per_message=per_message, refresh=refresh, broker=broker,
+                           headroom=headroom)
                 try:
                     yield sink
                 finally:  # also when the caller stops early: what it sent so far is published
@@ -67,6 +76,8 @@ class CeleryEventSink:
         """Publish the events held so far."""
         if not self._held:
             return
+        if self._headroom is not None:
+            self._headroom.check()  # the events stay held: the next flush tries again
         events, self._held = self._held, []
         kwargs: dict[str, Any] = {"event": events[0]} if len(events) == 1 else {"events": events}
         if self._refresh:

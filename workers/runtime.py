@@ -19,6 +19,7 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.coordination.chunk_registry import RedisChunkRegistry
 from shardfuse.pipeline.coordination.leases import DocumentLeases
 from shardfuse.pipeline.coordination.liveness import Heartbeat, new_holder_id
+from shardfuse.pipeline.core.errors import TransientError
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.embed.batcher import EmbedBatcher
 from shardfuse.pipeline.embed.providers import Embedder, build_embedder, request_batch_size
@@ -43,6 +44,16 @@ from shardfuse.workers.names import Queue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Warm-up tries again after this long, doubling up to the maximum, while a store it needs is out of reach.
+WARM_UP_RETRY_S = 1.0
+WARM_UP_RETRY_MAX_S = 15.0
+# What each queue's tasks need (WorkerRuntime's properties), built by warm_up.
+_WARM_UP_NEEDS: dict[str, tuple[str, ...]] = {
+    Queue.INGEST: ("stores", "shared_pool", "cas", "counter", "freshness", "leases"),
+    Queue.EMBED: ("stores", "shared_pool", "embedder", "batcher", "freshness", "leases"),
+    Queue.MAINTENANCE: ("stores", "shared_pool", "freshness"),
+    Queue.QUERY: ("searcher",),
+}
 
 
 class WorkerRuntime:
@@ -51,6 +62,7 @@ class WorkerRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._lock = threading.RLock()
+        self._closed = threading.Event()
         pg = settings.postgres
         self._pools = ShardPools(settings, min_size=pg.pool_min_size, max_size=pg.pool_max_size)
 
@@ -135,7 +147,8 @@ class WorkerRuntime:
         """The entropy filter's memory across documents, when the filter is on."""
         if not self.settings.entropy.enabled:
             return None
-        return self._once("_chunk_registry", lambda: RedisChunkRegistry(self.redis))
+        return self._once("_chunk_registry", lambda: RedisChunkRegistry(
+            self.redis, max_chunks=self.settings.entropy.registry_max_chunks))
 
     def pending_documents(self) -> int:
         """Documents waiting in the ingest and embed queues (queued messages × events per message)."""
@@ -185,29 +198,56 @@ class WorkerRuntime:
                 cached_embedder=CachedQueryEmbedder.from_settings(self.embedder, self.settings.embedder,
                                                                   redis=self.redis),
                 settings=q,
-                cache=RedisResultCache(self.redis, ttl_s=q.result_cache_ttl_s) if q.result_cache_ttl_s else None,
+                cache=RedisResultCache.from_settings(self.redis, q) if q.result_cache_ttl_s else None,
                 write_versions=lambda: self.freshness.dirty_versions(self.settings.shards),
                 # Builds its HTTP client on first use; with expansion disabled it answers "skipped" at once.
-                expander=QueryExpander(settings=q.expansion, cache=RedisExpansionCache(self.redis)),
+                expander=QueryExpander(settings=q.expansion, cache=RedisExpansionCache(
+                    self.redis, max_entries=q.expansion.cache_max_entries,
+                    max_entry_bytes=q.expansion.cache_max_entry_bytes)),
                 models=self.models,
             )
 
         return self._once("_searcher", build)
 
-    def warm_up(self, queues: Iterable[str]) -> None:
-        """Create what the given queues' tasks need, so the first task does not pay for it."""
-        needs: dict[str, tuple[str, ...]] = {
-            Queue.INGEST: ("stores", "shared_pool", "cas", "counter", "freshness", "leases"),
-            Queue.EMBED: ("stores", "shared_pool", "embedder", "batcher", "freshness", "leases"),
-            Queue.MAINTENANCE: ("stores", "shared_pool", "freshness"),
-            Queue.QUERY: ("searcher",),
-        }
-        for queue in queues:
-            for name in needs.get(queue, ()):
+    def warm_up(self, queues: Iterable[str]) -> list[str]:
+        """Create what the given queues' tasks need, so the first task does not pay for it. Each piece is
+        tried even when another fails (PostgreSQL not up yet must not leave the embedder unloaded); returns
+        the pieces that failed with a :class:`TransientError` (a store out of reach), to be tried again."""
+        queues = list(queues)
+        pending: list[str] = []
+        for name in dict.fromkeys(name for queue in queues for name in _WARM_UP_NEEDS.get(queue, ())):
+            try:
                 getattr(self, name)
-        log.info("worker runtime ready for queues %s (pid %d)", ",".join(queues), os.getpid())
+            except TransientError as exc:
+                pending.append(name)
+                log.warning("worker runtime: %s not ready yet (%s)", name, exc)
+        if not pending:
+            log.info("worker runtime ready for queues %s (pid %d)", ",".join(queues), os.getpid())
+        return pending
+
+    def start_warm_up(self, queues: Iterable[str]) -> threading.Thread | None:
+        """:meth:`warm_up` now; if a store was out of reach, again in a background thread after each failure
+        (backing off to :data:`WARM_UP_RETRY_MAX_S`) until everything is built or the runtime is closed. A
+        worker started before its database answers so starts consuming (and watching deliveries) at once, and
+        is warm as soon as the database is up; a task that comes first builds what it needs itself."""
+        queues = list(queues)
+        if not self.warm_up(queues):
+            return None
+
+        def run() -> None:
+            delay = WARM_UP_RETRY_S
+            try:
+                while not self._closed.wait(delay) and self.warm_up(queues):
+                    delay = min(delay * 2, WARM_UP_RETRY_MAX_S)
+            except Exception:  # a permanent failure (settings): the first task that needs it reports it again
+                log.exception("worker runtime: warm-up failed for queues %s", ",".join(queues))
+
+        thread = threading.Thread(target=run, name="shardfuse-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             for name in ("_batcher", "_searcher", "_models", "_contextualizer", "_heartbeat"):
                 if name in self.__dict__:

@@ -17,9 +17,12 @@ from shardfuse.pipeline.observability import metrics
 from shardfuse.pipeline.observability.endpoint_directory import EndpointDirectory, scrape
 from shardfuse.pipeline.observability.metric_totals import MetricTotals, add_up, parse_scrape
 from shardfuse.workers import monitor
-from shardfuse.workers.broker.inbox import UNREADABLE_KEY
+from shardfuse.workers.broker.inbox import UNREADABLE_KEY, recent_unreadable, unreadable_count
 from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
 from shardfuse.workers.stack import StackState
+
+# How many of the newest set-aside items' reasons status shows.
+UNREADABLE_SHOWN = 3
 
 
 def collect_status(settings: Settings, *, state: StackState | None) -> dict[str, Any]:
@@ -41,8 +44,9 @@ def collect_status(settings: Settings, *, state: StackState | None) -> dict[str,
         # Delivered to a worker that stopped beating: the next heartbeat of a live worker puts them back.
         status["held_by_dead_workers"] = len(orphaned_tags(client,
                                                            grace_s=orphan_grace_s(settings.delivery.dead_after_s)))
-        # Messages that were no kombu envelope at all, kept aside by the transport (shardfuse.workers.broker.inbox).
-        status["unreadable_messages"] = int(client.llen(UNREADABLE_KEY))
+        # Items no worker could run, set aside by the transport with their reasons (shardfuse.workers.broker.inbox).
+        status["unreadable_messages"] = unreadable_count(client)
+        status["unreadable"] = recent_unreadable(client, limit=UNREADABLE_SHOWN)
         status["bm25"] = monitor.bm25_lag(settings, client)
         status.update(pool_metrics(settings, client))
     except (redis.RedisError, ShardfuseError) as exc:  # the monitor's views translate theirs; llen does not
@@ -168,11 +172,13 @@ def _broker_lines(status: dict[str, Any]) -> list[str]:
         lines.append(f"stuck    {status['held_by_dead_workers']} message(s) held by workers that stopped: a live "
                      "worker puts them back on their queues at its next heartbeat")
     if status.get("unreadable_messages"):
-        lines.append(f"unread   {status['unreadable_messages']} message(s) that were not task messages kept in Redis "
-                     f"list {UNREADABLE_KEY} (the worker logs said why); inspect with LRANGE, then DEL it")
+        lines.append(f"unread   {status['unreadable_messages']} message(s) no worker could run, set aside in Redis "
+                     f"list {UNREADABLE_KEY} (shardfuse unreadable shows them); the newest:")
+        lines.extend(f"unread   [{row['queue']}] {row['size']} bytes: {row['reason'][:160]}"
+                     for row in status.get("unreadable", []))
     for row in status.get("bm25", []):
         fresh = "current" if row["current"] else "rebuild pending"
-        behind = (f", {row['lag_versions']} commit(s) behind for {row['behind_s']:.1f}s"
+        behind = (f", {row['lag_versions']} document(s) behind for {row['behind_s']:.1f}s"
                   if row.get("lag_versions") else "")
         lines.append(f"bm25     shard {row['shard']}: generation {row['generation']}, "
                      f"{row['documents']} chunks, {fresh}{behind}")

@@ -114,20 +114,30 @@ def get_dead_letter(pool: ConnectionPool[Any], dead_id: int) -> dict[str, Any] |
 
 
 def take_dead_letters(pool: ConnectionPool[Any], ids: list[int] | None, send: Any) -> list[int]:
-    """Hand dead letters back to their tasks: ``send(task, payload)`` for each (all when ``ids`` is None),
-    and delete a row only in the transaction that sent it, so a failed send leaves it in place. Returns the
-    ids retried."""
+    """Hand dead letters back to their tasks: ``send(task, payload)`` for each (all when ``ids`` is None);
+    returns the ids sent, each sent once even when several retries run at once.
+
+    Each letter is taken by ``DELETE … RETURNING`` and sent inside that transaction: a concurrent retry's
+    DELETE of the same row waits for the row lock and then finds it gone (or, if this send failed and rolled
+    back, takes it itself), so only the transaction whose DELETE returned the row sends it. A failed send
+    rolls its DELETE back, leaves the letter in place, and raises: the letters after it stay too. A commit
+    that fails after a successful send can leave a letter both sent and stored (sent again by a later retry;
+    every task is idempotent), never neither.
+    """
+    table = f"{SHARED_SCHEMA}.deadletters"
     retried: list[int] = []
     with _connection(pool) as conn:
-        query = f"SELECT id, task, payload FROM {SHARED_SCHEMA}.deadletters"
-        rows = conn.execute(query + (" WHERE id = ANY(%s)" if ids is not None else "") + " ORDER BY id",
-                            (ids,) if ids is not None else ()).fetchall()
-        conn.commit()  # each row below in a transaction of its own
-        for dead_id, task, payload in rows:
+        where = " WHERE id = ANY(%s)" if ids is not None else ""
+        candidates = [int(row[0]) for row in conn.execute(
+            f"SELECT id FROM {table}{where} ORDER BY id", (ids,) if ids is not None else ()).fetchall()]
+        conn.commit()  # each letter below in a transaction of its own
+        for dead_id in candidates:
             with conn.transaction():
-                conn.execute(f"DELETE FROM {SHARED_SCHEMA}.deadletters WHERE id = %s", (dead_id,))
-                send(task, payload)
-            retried.append(int(dead_id))
+                row = conn.execute(f"DELETE FROM {table} WHERE id = %s RETURNING task, payload", (dead_id,)).fetchone()
+                if row is None:
+                    continue  # another retry took it first
+                send(row[0], row[1])
+            retried.append(dead_id)
     return retried
 
 

@@ -54,3 +54,6 @@ class EmbedderSettings(_Section):
     # Query embeddings: a per-process LRU of this many entries, backed by Redis for this long (0: no Redis).
     query_cache_entries: int = Field(default=4096, ge=0)
     query_cache_ttl_s: int = Field(default=86400, ge=0)
+    # At most this many vectors in Redis (the oldest go first): the broker's Redis is no place for an unbounded
+    # cache (docs/operations.md, "Memory budget": about dimensions × 4 + 360 bytes each).
+    query_cache_redis_entries: int = Field(default=20_000, ge=0)

@@ -47,6 +47,10 @@ class EntropySettings(_Section):
     threshold: float = Field(default=0.35, ge=0, le=1)
     min_tokens: int = Field(default=8, ge=0)
     min_entropy_bits: float = Field(default=2.5, ge=0)
+    # The chunk registry (repeated chunks across a zone's documents) keeps at most this many chunk hashes per
+    # zone in Redis; past it, new chunks are not claimed (so not recognised as repeats later): about 135 bytes
+    # each (docs/operations.md, "Memory budget").
+    registry_max_chunks: int = Field(default=1_000_000, ge=0)
 
 
 class ContextSettings(_Section):
@@ -69,3 +73,15 @@ class ContextSettings(_Section):
     global_max_concurrent: int = Field(default=16, ge=1)  # chat requests in flight across every worker
     document_tokens: int = Field(default=6000, ge=256)
     run_token_budget: int = Field(default=0, ge=0)
+
+
+class IngestSettings(_Section):
+    """How long the ingest stage may work on one document (pipeline/ingest/stage.py, message.py).
+
+    ``document_deadline_s``: the CAS read, decoding, chunking, filtering and context of one document run
+    against this deadline; a document that overruns it is dead-lettered with its reason
+    (``DeadlineExceededError``) while the other documents of its message complete. Keep it well under the
+    ingest task's soft time limit (``workers.ingest_limits.soft_s``, checked at start-up).
+    """
+
+    document_deadline_s: float = Field(default=60.0, gt=0)

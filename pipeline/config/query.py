@@ -45,6 +45,9 @@ class ExpansionSettings(_Section):
     timeout_s: float = Field(default=2.0, gt=0)  # the whole expansion, retries included
     max_variants: int = Field(default=3, ge=0)
     cache_ttl_s: int = Field(default=86400, ge=0)
+    # The Redis cache's bound: at most this many expansions (the oldest go first), none larger than this.
+    cache_max_entries: int = Field(default=10_000, ge=0)
+    cache_max_entry_bytes: int = Field(default=4096, ge=0)
     # Skip expansion when the keyword leg's top hit already scores this far above the next one.
     skip_min_top_score: float = Field(default=8.0, ge=0)
     skip_min_gap_ratio: float = Field(default=0.25, ge=0)
@@ -92,6 +95,10 @@ class QuerySettings(_Section):
         return fusion, alpha
     # Whole answers cached in Redis for this long (0: off); any write or rebuild changes the key.
     result_cache_ttl_s: int = Field(default=300, ge=0)
+    # ... and at most this many of them (the oldest go first), an answer larger than this not at all: the
+    # cache shares the broker's Redis (docs/operations.md, "Memory budget").
+    result_cache_max_entries: int = Field(default=2_000, ge=0)
+    result_cache_max_entry_bytes: int = Field(default=64 * 1024, ge=0)
     rpc_timeout_s: float = 30.0
     boosts: BoostSettings = BoostSettings()
     router: RouterSettings = RouterSettings()

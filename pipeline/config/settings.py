@@ -5,7 +5,9 @@ TOML file given to :func:`load_settings` (else the one ``SHARDFUSE_CONFIG`` name
 ``SHARDFUSE_<KEY>`` with ``__`` between nesting levels (``SHARDFUSE_EMBEDDER__PROVIDER=hashing``), then the
 keyword overrides of :func:`load_settings`. Environment wins over the file so that secrets and per-host
 ports injected by a deployment always take effect. Nothing here writes the environment: processes the
-launcher starts get the settings it resolved as a file (:mod:`shardfuse.pipeline.config.handoff`).
+launcher starts get the settings it resolved as a file (:mod:`shardfuse.pipeline.config.handoff`). Last,
+:func:`load_settings` fills in the embedded stack's generated passwords where the settings point at that stack
+without one (:mod:`shardfuse.pipeline.config.stack_secrets`).
 
 The sections live in modules of their own (``stores``, ``ingest``, ``embedder``, ``query``, ``workers``,
 ``logging``); this module re-exports them, so ``from shardfuse.pipeline.config.settings import
@@ -34,6 +36,7 @@ from shardfuse.pipeline.config.ingest import (
     ChunkStrategy,
     ContextSettings,
     EntropySettings,
+    IngestSettings,
     LimitSettings,
 )
 from shardfuse.pipeline.config.logging import LoggingSettings
@@ -45,6 +48,7 @@ from shardfuse.pipeline.config.query import (
     RouterSettings,
     ZoneProfile,
 )
+from shardfuse.pipeline.config.stack_secrets import with_stack_secrets
 from shardfuse.pipeline.config.stores import (
     Bm25Settings,
     BrokerSettings,
@@ -67,8 +71,8 @@ CONFIG_ENV = "SHARDFUSE_CONFIG"
 __all__ = [
     "CONFIG_ENV", "DEFAULT_MODEL", "MODEL_NAME", "Bm25Settings", "BoostSettings", "BrokerSettings", "CasSettings",
     "ChunkStrategy", "ChunkingSettings", "ContextSettings", "DeliverySettings", "EmbedderProvider", "EmbedderSettings",
-    "EntropySettings", "ExpansionSettings", "FlowerSettings", "FusionName", "LimitSettings", "LoggingSettings",
-    "PostgresSettings", "QuerySettings", "RouterSettings", "Settings", "StackSettings", "TaskLimits",
+    "EntropySettings", "ExpansionSettings", "FlowerSettings", "FusionName", "IngestSettings", "LimitSettings",
+    "LoggingSettings", "PostgresSettings", "QuerySettings", "RouterSettings", "Settings", "StackSettings", "TaskLimits",
     "VectorIndexSettings", "VectorStorage", "WorkerSettings", "ZoneProfile", "config_file_from_env", "load_settings",
     "settings_from_json",
 ]  # fmt: skip
@@ -99,6 +103,7 @@ class Settings(BaseSettings):
     postgres: PostgresSettings = PostgresSettings()
     cas: CasSettings = CasSettings()
     limits: LimitSettings = LimitSettings()
+    ingest: IngestSettings = IngestSettings()
     chunking: ChunkingSettings = ChunkingSettings()
     entropy: EntropySettings = EntropySettings()
     context: ContextSettings = ContextSettings()
@@ -138,6 +143,10 @@ class Settings(BaseSettings):
         if delivery.dead_after_s < 2 * delivery.heartbeat_s:
             return (f"delivery.dead_after_s ({delivery.dead_after_s}) must be at least twice "
                     f"delivery.heartbeat_s ({delivery.heartbeat_s}), or a live worker looks dead")
+        if self.ingest.document_deadline_s >= self.workers.ingest_limits.soft_s:
+            return (f"ingest.document_deadline_s ({self.ingest.document_deadline_s}) must be shorter than the "
+                    f"ingest soft time limit ({self.workers.ingest_limits.soft_s}s), or an overrunning document "
+                    "takes its whole message down instead of being dead-lettered alone")
         stage_hard = max(self.workers.ingest_limits.hard_s, self.workers.embed_limits.hard_s)
         if delivery.lease_s <= stage_hard:
             return (f"delivery.lease_s ({delivery.lease_s}) must exceed the ingest and embed hard "
@@ -229,11 +238,13 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
             raise ConfigurationError(f"config file {path} does not exist (named by {source})")
     token = _SOURCES.set(_Sources(config_file=path))
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValueError as exc:  # pydantic's ValidationError, or a TOML syntax error
         raise ConfigurationError(f"invalid settings: {exc}") from exc
     finally:
         _SOURCES.reset(token)
+    # The embedded stack's generated passwords, where the settings point at it without one.
+    return with_stack_secrets(settings)
 
 
 def settings_from_json(text: str) -> Settings:

@@ -22,6 +22,15 @@ class BrokerSettings(_Section):
     # message on to the embed stage as one message too. Fewer, larger messages cost the broker and the
     # workers less per document; 1 publishes every event on its own.
     events_per_message: int = Field(default=16, ge=1, le=1000)
+    # The largest item a worker takes off a queue; a larger one is set aside unread in shardfuse:unreadable
+    # (shardfuse.workers.broker.envelope), since decoding it could exhaust the worker's memory at every start.
+    # An embed message carries up to events_per_message documents' chunk texts: raise this with
+    # limits.max_file_bytes if documents near that limit arrive many to a message.
+    max_message_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # Publishers refuse new events (StoreUnavailableError; they keep them) once the broker's used memory passes
+    # this share of its maxmemory, leaving the rest to the workers, which must still receive to drain it
+    # (shardfuse.workers.broker.headroom). 1: never refuse early.
+    publish_high_water: float = Field(default=0.85, gt=0, le=1)
 
     @property
     def display_url(self) -> str:

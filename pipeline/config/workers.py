@@ -59,6 +59,10 @@ class StackSettings(_Section):
     # The worker pools' /metrics, on loopback: the ingest pool's port, then embed, maintenance and query on the
     # next ones (shardfuse.workers.stack.celery_processes.worker_metrics); 0: none.
     metrics_port: int = Field(default=15556, ge=0, le=65532)
+    # The embedded Redis refuses writes past this much memory (maxmemory, noeviction: a publisher gets an error
+    # and keeps its events) instead of growing until the OOM killer takes it with acknowledged writes; 0: no
+    # limit. docs/operations.md, "Memory budget", says what fills it.
+    redis_maxmemory_mb: int = Field(default=1024, ge=0)
 
 
 class FlowerSettings(_Section):

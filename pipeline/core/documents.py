@@ -8,7 +8,9 @@ import hashlib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from shardfuse.pipeline.core.errors import InvalidEventError
 from shardfuse.pipeline.core.events import WriteEvent
+from shardfuse.pipeline.core.sharding import shard_for
 from shardfuse.pipeline.ingest.symbols import NO_SYMBOLS, ChunkSymbols
 
 
@@ -113,12 +115,24 @@ class PreparedDocument:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PreparedDocument:
-        return cls(
-            event=WriteEvent.model_validate(data["event"]),
-            shard=int(data["shard"]),
-            chunks=tuple(Chunk.from_dict(c) for c in data["chunks"]),
-            line_count=int(data["line_count"]),
-            dropped={str(k): int(v) for k, v in (data.get("dropped") or {}).items()},
-            refresh=bool(data.get("refresh", False)),
-        )
+    def from_dict(cls, data: Any, *, shards: int | None = None) -> PreparedDocument:
+        """Inverse of :meth:`to_dict`. :class:`InvalidEventError` (permanent: the same message fails the same
+        way every time) for anything that is not a document of this form, or, given ``shards``, one placed on
+        a shard its path does not belong to."""
+        try:
+            document = cls(
+                event=WriteEvent.model_validate(data["event"]),
+                shard=int(data["shard"]),
+                chunks=tuple(Chunk.from_dict(c) for c in data["chunks"]),
+                line_count=int(data["line_count"]),
+                dropped={str(k): int(v) for k, v in (data.get("dropped") or {}).items()},
+                refresh=bool(data.get("refresh", False)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # pydantic's ValidationError included
+            raise InvalidEventError(f"malformed embed document: {type(exc).__name__}: {exc}"[:2000]) from exc
+        if shards is not None:
+            expected = shard_for(document.event.zone, document.event.path, shards)
+            if document.shard != expected:
+                raise InvalidEventError(f"embed document for {document.event.zone}/{document.event.path} names "
+                                        f"shard {document.shard}; its path belongs on shard {expected} of {shards}")
+        return document

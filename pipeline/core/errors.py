@@ -45,6 +45,12 @@ class DeadlineExceededError(PermanentError):
     reason while the other documents of its message complete."""
 
 
+class DocumentStuckError(TransientError):
+    """One document's work was blocked past its deadline in a call no deadline check reaches: a CAS read on a
+    hung filesystem, a wait for a database that is down. That is the infrastructure, not the content: the
+    document is retried with backoff (the retry budget dead-letters it if the block lasts)."""
+
+
 class UnreadableMessageError(PermanentError):
     """Bytes on a queue that are not a message shardfuse's workers can run (not a complete kombu envelope,
     not JSON, too deep, too large, an unknown task): set aside in ``shardfuse:unreadable`` with this reason."""

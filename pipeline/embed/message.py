@@ -40,8 +40,11 @@ class EmbeddedMessage:
     """What one message of documents came to.
 
     ``indexed``: documents written to their shard; ``stale``: documents the shard already held at this seq
-    or a newer one. ``committed``: per shard, the documents written there, whose BM25 update is due.
-    ``failures``: each document that failed (as received) with its error.
+    or a newer one. ``committed``: per shard, the documents written there *or already there* (a redelivered
+    copy of a message whose commit landed before its worker died or its BM25 bookkeeping failed), whose
+    shard's BM25 update is due: scheduling it again is cheap, and the update finds in PostgreSQL whatever
+    the lost bookkeeping would have recorded. ``failures``: each document that failed (as received) with
+    its error.
     """
 
     indexed: int = 0
@@ -64,20 +67,22 @@ def embed_message(
     leases: Leases,
     batcher: DocumentBatcher,
     wait_s: float,
+    shards: int | None = None,
     around: AroundDocument | None = None,
 ) -> EmbeddedMessage:
     """Index the documents of one message. Every document goes to the batcher at once, so one message's
     documents share provider requests and shard transactions with each other and with other messages'.
     Each is held under its document lease, whose fencing token the shard checks at the write; all of them
     are waited for at most ``wait_s`` seconds in all (a document not committed by then fails with a
-    :class:`TransientError`).
+    :class:`TransientError`). A document that is not one, or that names a shard its path does not belong to
+    among ``shards``, fails alone with a permanent :class:`InvalidEventError`.
     """
     failures: list[Failure] = []
     pending: list[_Pending] = []
     for raw in raw_documents:
         try:
             with _around(around, raw):
-                document = PreparedDocument.from_dict(raw)
+                document = PreparedDocument.from_dict(raw, shards=shards)
                 lease = take_lease(leases, document.event.zone, document.event.path)
         except Exception as exc:  # noqa: BLE001 - a malformed or busy document fails alone
             failures.append((raw, exc))
@@ -95,9 +100,9 @@ def embed_message(
             continue
         if outcome.applied:
             indexed += 1
-            committed.setdefault(item.document.shard, []).append(item.document.event.key)
         else:
             stale += 1
+        committed.setdefault(item.document.shard, []).append(item.document.event.key)
     return EmbeddedMessage(indexed=indexed, stale=stale, failures=tuple(failures),
                            committed={shard: tuple(keys) for shard, keys in committed.items()})
 

@@ -2,7 +2,9 @@
 
 Users repeat queries, and a query's vector costs a model call (or a paid request) on the search path. The
 LRU answers a repeat in the same worker process in microseconds; Redis shares vectors between processes
-and across restarts. Both are only caches: Redis being down costs the cache, never a query.
+and across restarts. Both are only caches: Redis being down costs the cache, never a query. Both are
+bounded: the Redis side keeps at most ``redis_entries`` vectors
+(:class:`~shardfuse.pipeline.coordination.bounded_cache.BoundedRedisCache`), since it shares the broker's Redis.
 
 The Redis key is a digest of the embedder's ``name``, its dimensions and the text: ``name`` identifies the
 vector space (see :class:`~shardfuse.pipeline.embed.providers.base.Embedder`), so two models never read each other's
@@ -22,14 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from redis.exceptions import RedisError
 
 from shardfuse.pipeline.config.settings import EmbedderSettings
+from shardfuse.pipeline.coordination.bounded_cache import BoundedRedisCache
+from shardfuse.pipeline.core.errors import TransientError
 from shardfuse.pipeline.embed.providers.base import Embedder, Vectors
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "shardfuse:qemb:"
+DEFAULT_REDIS_ENTRIES = 20_000
 _WIRE_DTYPE = np.dtype("<f4")
 # After a Redis failure, skip Redis this long: a host that black-holes packets would otherwise cost every
 # query a socket timeout, and logging each failure would flood the log.
@@ -78,8 +82,9 @@ class _Lru:
 class CachedQueryEmbedder:
     """An :class:`Embedder` whose ``embed_query`` is cached; everything else is the wrapped embedder's.
 
-    Lookup order: the process's LRU (``entries`` vectors; 0 switches it off), then Redis (``ttl_s`` seconds;
-    0 or no client switches it off), then the embedder, whose answer fills both. Two threads missing on the
+    Lookup order: the process's LRU (``entries`` vectors; 0 switches it off), then Redis (``ttl_s`` seconds,
+    at most ``redis_entries`` vectors; 0 or no client switches it off), then the embedder, whose answer fills
+    both. Two threads missing on the
     same text at once both call the embedder: rare, and cheaper than holding a lock across a model call.
 
     ``redis`` is a ``redis.Redis`` (or compatible) client that returns bytes (``decode_responses=False``).
@@ -92,6 +97,7 @@ class CachedQueryEmbedder:
         entries: int,
         redis: Any | None = None,
         ttl_s: int = 0,
+        redis_entries: int = DEFAULT_REDIS_ENTRIES,
         prefix: str = DEFAULT_PREFIX,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -99,7 +105,11 @@ class CachedQueryEmbedder:
             raise ValueError(f"entries and ttl_s must not be negative, got {entries} and {ttl_s}")
         self._embedder = embedder
         self._lru = _Lru(entries)
-        self._redis = redis if ttl_s > 0 else None
+        self._redis = (
+            BoundedRedisCache(redis, name="query-embeddings", max_entries=redis_entries,
+                              max_entry_bytes=embedder.dimensions * _WIRE_DTYPE.itemsize)
+            if redis is not None and ttl_s > 0 and redis_entries > 0 else None
+        )  # fmt: skip
         self._ttl_s = ttl_s
         self._prefix = prefix
         self._clock = clock
@@ -109,8 +119,10 @@ class CachedQueryEmbedder:
 
     @classmethod
     def from_settings(cls, embedder: Embedder, settings: EmbedderSettings, *, redis: Any | None) -> CachedQueryEmbedder:
-        """The cache ``embedder.query_cache_entries`` and ``embedder.query_cache_ttl_s`` ask for."""
-        return cls(embedder, entries=settings.query_cache_entries, redis=redis, ttl_s=settings.query_cache_ttl_s)
+        """The cache ``embedder.query_cache_entries``, ``query_cache_ttl_s`` and ``query_cache_redis_entries``
+        ask for."""
+        return cls(embedder, entries=settings.query_cache_entries, redis=redis, ttl_s=settings.query_cache_ttl_s,
+                   redis_entries=settings.query_cache_redis_entries)
 
     # -- the Embedder port, delegated ------------------------------------------------------------------
     @property
@@ -159,7 +171,7 @@ class CachedQueryEmbedder:
             return None
         try:
             raw = self._redis.get(key)  # type: ignore[union-attr]  # checked by _redis_usable
-        except (RedisError, OSError) as exc:
+        except TransientError as exc:
             self._redis_failed("read", exc)
             return None
         if not isinstance(raw, bytes | bytearray | memoryview) or len(raw) != self.dimensions * _WIRE_DTYPE.itemsize:
@@ -171,8 +183,8 @@ class CachedQueryEmbedder:
         if not self._redis_usable():
             return
         try:
-            self._redis.set(key, vector.astype(_WIRE_DTYPE).tobytes(), ex=self._ttl_s)  # type: ignore[union-attr]
-        except (RedisError, OSError) as exc:
+            self._redis.put(key, vector.astype(_WIRE_DTYPE).tobytes(), ttl_s=self._ttl_s)  # type: ignore[union-attr]
+        except TransientError as exc:
             self._redis_failed("write", exc)
 
     def _redis_usable(self) -> bool:
@@ -182,8 +194,7 @@ class CachedQueryEmbedder:
         self._count(redis_errors=1)
         self._redis_skip_until = self._clock() + _REDIS_BACKOFF_S
         log.warning(
-            "query embedding cache: Redis %s failed (%s: %s); skipping Redis for %.0f s",
-            action, type(exc).__name__, exc, _REDIS_BACKOFF_S,
+            "query embedding cache: Redis %s failed (%s); skipping Redis for %.0f s", action, exc, _REDIS_BACKOFF_S,
         )  # fmt: skip
 
     def _count(self, *, lru_hits: int = 0, redis_hits: int = 0, misses: int = 0, redis_errors: int = 0) -> None:

@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunk_signals import KeptWindow, extract_entities, lexical_sketch, token_entropy
 
@@ -131,6 +132,8 @@ def filter_chunks(texts: Sequence[str], *, counter: TokenCounter, settings: Filt
     content = _ContentTokens(counter)
     verdicts: list[ChunkVerdict] = []
     for index, text in enumerate(texts):
+        if not index & 0x3F:
+            checkpoint("filtering its chunks")
         tokens = counter.encode(text)
         entropy = token_entropy(tokens)
         entities = extract_entities(text)

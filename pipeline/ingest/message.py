@@ -3,29 +3,32 @@ to the embed stage, and the shards whose BM25 index must be told about deletes a
 
 The message's events are parsed, grouped by document (the events of one document stay in order, on one
 thread, under its lease) and the groups worked on a few at a time: an event mostly waits on Redis (its
-lease) and PostgreSQL. Nothing here settles a failure: each failed event is returned with its error, and
-the caller decides between retry and dead letter.
+lease) and PostgreSQL. Each event's work runs against its deadline (``ingest.document_deadline_s``,
+:mod:`shardfuse.pipeline.core.deadline`); a document that overruns fails alone, with
+:class:`~shardfuse.pipeline.core.errors.DeadlineExceededError`, and a thread that does not come back is
+given up on (:mod:`shardfuse.pipeline.ingest.document_threads`). Nothing here settles a failure: each failed
+event is returned with its error, and the caller decides between retry and dead letter.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.coordination.lease_holding import Leases, leased
+from shardfuse.pipeline.core.deadline import Deadline, running_within
 from shardfuse.pipeline.core.documents import PreparedDocument
 from shardfuse.pipeline.core.events import WriteEvent, parse_event
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.index.store import ShardStore
+from shardfuse.pipeline.ingest.document_threads import Done, run_groups
 from shardfuse.pipeline.ingest.preparation import ChunkRegistry, Contextualizer
-from shardfuse.pipeline.ingest.stage import IngestOutcome, IngestResult, held_seqs, ingest_event
+from shardfuse.pipeline.ingest.stage import IngestResult, held_seqs, ingest_event
 from shardfuse.pipeline.storage.cas import ContentStore
 
 # Documents of one message worked on at once (each on its own thread).
@@ -35,7 +38,6 @@ DocKey = tuple[str, str]
 Failure = tuple[Any, BaseException]
 # What wraps the work on one event (the worker sets the event's log context there).
 AroundEvent = Callable[[WriteEvent], AbstractContextManager[object]]
-_Done = tuple[Any, WriteEvent, IngestOutcome | BaseException]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +59,11 @@ class IngestedMessage:
 
     ``counts``: the events that succeeded, by :class:`IngestResult` value. ``documents``: the chunked
     documents for the embed stage, in message order. ``unchanged``: per shard, the documents deleted or
-    skipped there, which need no embedding: their BM25 update is due now (the embed stage schedules the
-    others' once it commits them). ``failures``: each event that failed (as received) with its error.
+    skipped there, which need no embedding, and those whose event the shard already held (stale): their
+    BM25 update is due now (the embed stage schedules the others' once it commits them). A stale event may
+    be the redelivered copy of one whose first run committed and then died before its BM25 bookkeeping,
+    so its bookkeeping is repeated: one more delta entry, never a document the keyword leg misses.
+    ``failures``: each event that failed (as received) with its error.
     """
 
     counts: Mapping[str, int] = field(default_factory=dict)
@@ -92,11 +97,13 @@ def ingest_message(
         groups.setdefault(event.key, []).append((raw, event))
     held = _held_seqs([e for group in groups.values() for _, e in group], ports)
 
-    def one_document(group: list[tuple[Any, WriteEvent]]) -> list[_Done]:
+    def one_document(group: list[tuple[Any, WriteEvent]]) -> list[Done]:
         return [_ingest_one(raw, event, ports=ports, refresh=refresh, held=held, around=around)
                 for raw, event in group]
 
-    return _collate(_run_groups(list(groups.values()), one_document, threads), failures)
+    done = run_groups(list(groups.values()), one_document, threads=threads,
+                      deadline_s=ports.settings.ingest.document_deadline_s)
+    return _collate(done, failures)
 
 
 def _held_seqs(events: Sequence[WriteEvent], ports: IngestPorts) -> dict[DocKey, int] | None:
@@ -107,10 +114,11 @@ def _held_seqs(events: Sequence[WriteEvent], ports: IngestPorts) -> dict[DocKey,
 
 
 def _ingest_one(raw: Any, event: WriteEvent, *, ports: IngestPorts, refresh: bool,
-                held: Mapping[DocKey, int] | None, around: AroundEvent | None) -> _Done:
+                held: Mapping[DocKey, int] | None, around: AroundEvent | None) -> Done:
     try:
+        deadline = Deadline(ports.settings.ingest.document_deadline_s, what=f"[{event.zone}] {event.path}")
         with (contextlib.nullcontext() if around is None else around(event)), \
-                leased(ports.leases, event.zone, event.path) as lease:
+                leased(ports.leases, event.zone, event.path) as lease, running_within(deadline):
             return raw, event, ingest_event(
                 event, settings=ports.settings, cas=ports.cas, stores=ports.stores, counter=ports.counter,
                 contextualizer=ports.contextualizer, registry=ports.registry, refresh=refresh,
@@ -119,18 +127,7 @@ def _ingest_one(raw: Any, event: WriteEvent, *, ports: IngestPorts, refresh: boo
         return raw, event, exc
 
 
-def _run_groups(groups: list[list[tuple[Any, WriteEvent]]], one: Callable[[list[tuple[Any, WriteEvent]]],
-                list[_Done]], threads: int) -> list[_Done]:
-    """``one`` over every group, a few groups at a time, results in group order."""
-    if len(groups) <= 1 or threads <= 1:
-        return [done for group in groups for done in one(group)]
-    with ThreadPoolExecutor(max_workers=min(threads, len(groups)), thread_name_prefix="ingest-event") as pool:
-        # Each thread runs in a copy of the caller's context: its log context (task, task id) carries over.
-        futures = [pool.submit(contextvars.copy_context().run, one, group) for group in groups]
-        return [done for future in futures for done in future.result()]
-
-
-def _collate(results: list[_Done], failures: list[Failure]) -> IngestedMessage:
+def _collate(results: list[Done], failures: list[Failure]) -> IngestedMessage:
     counts: Counter[str] = Counter()
     documents: list[PreparedDocument] = []
     unchanged: dict[int, list[DocKey]] = {}
@@ -141,7 +138,7 @@ def _collate(results: list[_Done], failures: list[Failure]) -> IngestedMessage:
         counts[outcome.result.value] += 1
         if outcome.document is not None:
             documents.append(outcome.document)
-        elif outcome.result in (IngestResult.DELETED, IngestResult.SKIPPED):
+        elif outcome.result in (IngestResult.DELETED, IngestResult.SKIPPED, IngestResult.STALE):
             unchanged.setdefault(outcome.shard, []).append(event.key)
     return IngestedMessage(counts=dict(counts), documents=tuple(documents),
                            unchanged={shard: tuple(keys) for shard, keys in unchanged.items()},

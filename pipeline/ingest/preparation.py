@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.documents import Chunk, ContextSource
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunk_filter import ChunkVerdict, DropReason, FilterSettings, drop_counts, filter_chunks
@@ -65,6 +66,7 @@ def prepare_chunks(
     chunking = settings.chunking
     budget = ChunkBudget(max_tokens=chunking.max_tokens, overlap_tokens=chunking.overlap_tokens)
     candidates = chunk_document(text, path=path, counter=counter, budget=budget, strategies=chunking.strategies)
+    checkpoint("chunking")
     verdicts: list[ChunkVerdict] | None = None
     kept = candidates
     if settings.entropy.enabled and candidates:
@@ -73,6 +75,7 @@ def prepare_chunks(
             verdicts = _drop_repeated(candidates, verdicts, registry.repeated(zone, path, [
                 c.chunk_hash for c, v in zip(candidates, verdicts, strict=True) if v.kept]))
         kept = renumbered([c for c, v in zip(candidates, verdicts, strict=True) if v.kept])
+        checkpoint("filtering its chunks")
     source = settings.context.source
     backfill = 0
     if source != "none":

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.deadline import call_within, checkpoint
 from shardfuse.pipeline.core.documents import PreparedDocument
 from shardfuse.pipeline.core.errors import LeaseLostError, UnprocessableContentError
 from shardfuse.pipeline.core.events import Op, WriteEvent
@@ -59,6 +60,12 @@ def ingest_event(
     ``held_seqs``, when given, is what :func:`held_seqs` read for the caller's batch of events: the early
     check then costs no query (read before the lease was taken, it may be older than the shard, which
     only means the write transaction refuses what the early check let through).
+
+    The work runs against the caller's current deadline, if any (:mod:`shardfuse.pipeline.core.deadline`):
+    the CAS read is waited for no longer than it leaves, and each stage, and the long loops inside the
+    chunkers and the filter, check it; past it the event fails with
+    :class:`~shardfuse.pipeline.core.errors.DeadlineExceededError`. A skip or tombstone whose work is done
+    is still written.
     """
     shard = shard_for(event.zone, event.path, settings.shards)
     store = stores[shard]
@@ -76,6 +83,7 @@ def ingest_event(
         change = DocumentChange(event=event, status=DocStatus.SKIPPED, reason=decoded.reason, fence=fence)
         return _applied(store, change, IngestResult.SKIPPED, reason=decoded.reason)
 
+    checkpoint("decoding its content")
     # Whitespace alone has nothing to index, and a long enough run of it crashes the tokenizer.
     prepared = None if decoded.text.isspace() else _prepare(
         decoded.text, event, settings=settings, counter=counter, contextualizer=contextualizer, registry=registry)
@@ -103,10 +111,11 @@ def held_seqs(events: Sequence[WriteEvent], *, stores: Sequence[ShardStore], sha
 
 def _read(cas: ContentStore, content_hash: str, *, max_bytes: int) -> Decoded | Skipped:
     """The content decoded, or why not; content over the size limit is skipped without being read."""
-    size = cas.size(content_hash)
+    size = call_within(lambda: cas.size(content_hash), "reading its size from the CAS")
     if size > max_bytes:
         return too_large(size, max_bytes=max_bytes)
-    return decode_content(cas.get(content_hash), max_bytes=max_bytes)
+    return decode_content(call_within(lambda: cas.get(content_hash), "reading its content from the CAS"),
+                          max_bytes=max_bytes)
 
 
 def _prepare(

@@ -7,8 +7,8 @@ import json
 import logging
 from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
+from shardfuse.pipeline.coordination.bounded_cache import BoundedRedisCache
+from shardfuse.pipeline.core.errors import TransientError
 from shardfuse.query.expansion.prompt import PROMPT_VERSION, Expansion, normalised
 
 log = logging.getLogger(__name__)
@@ -30,24 +30,22 @@ class ExpansionCache(Protocol):
     def put(self, key: str, expansion: Expansion, ttl_s: int) -> None: ...
 
 
-class _Redis(Protocol):
-    def get(self, name: str) -> Any: ...
-
-    def set(self, name: str, value: str, *, ex: int) -> Any: ...
-
-
 class RedisExpansionCache:
-    """Expansions as JSON in Redis under ``prefix`` + key, with a TTL. Redis being down, or an entry being
-    corrupt, costs the cache and nothing else: errors are logged and swallowed."""
+    """Expansions as JSON in Redis under ``prefix`` + key, with a TTL, at most ``max_entries`` of them and none
+    over ``max_entry_bytes`` (:class:`~shardfuse.pipeline.coordination.bounded_cache.BoundedRedisCache`: it
+    shares the broker's Redis). Redis being down, or an entry being corrupt, costs the cache and nothing
+    else: errors are logged and swallowed."""
 
-    def __init__(self, client: _Redis, *, prefix: str = "shardfuse:expansion:") -> None:
-        self._redis = client
+    def __init__(self, client: Any, *, prefix: str = "shardfuse:expansion:", max_entries: int = 10_000,
+                 max_entry_bytes: int = 4096) -> None:
+        self._cache = BoundedRedisCache(client, name="expansions", max_entries=max_entries,
+                                        max_entry_bytes=max_entry_bytes)
         self._prefix = prefix
 
     def get(self, key: str) -> Expansion | None:
         try:
-            raw = self._redis.get(self._prefix + key)
-        except RedisError as exc:
+            raw = self._cache.get(self._prefix + key)
+        except TransientError as exc:
             log.warning("expansion cache unavailable, reading: %s", exc)
             return None
         if raw is None:
@@ -60,6 +58,6 @@ class RedisExpansionCache:
 
     def put(self, key: str, expansion: Expansion, ttl_s: int) -> None:
         try:
-            self._redis.set(self._prefix + key, json.dumps(expansion.to_dict()), ex=ttl_s)
-        except RedisError as exc:
+            self._cache.put(self._prefix + key, json.dumps(expansion.to_dict()), ttl_s=ttl_s)
+        except TransientError as exc:
             log.warning("expansion cache unavailable, writing: %s", exc)

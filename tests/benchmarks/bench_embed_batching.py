@@ -39,6 +39,7 @@ from celery import Celery
 
 from shardfuse.pipeline.config.handoff import write_settings_file
 from shardfuse.pipeline.config.settings import Settings, load_settings
+from shardfuse.pipeline.config.stack_secrets import with_stack_secrets
 from shardfuse.pipeline.core.documents import Chunk, PreparedDocument
 from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.core.sharding import shard_for
@@ -74,6 +75,7 @@ def servers() -> Iterator[Settings]:
                   "api_key": "sk-bench", "global_max_concurrent": GLOBAL_LIMIT, "max_concurrent": GLOBAL_LIMIT},
     )  # fmt: skip
     up(settings, progress=lambda line: None, timeout=180, only={"redis", "postgres"})
+    settings = with_stack_secrets(settings)  # the passwords that first up generated for the data dir
     try:
         yield settings
     finally:

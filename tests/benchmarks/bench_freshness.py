@@ -16,7 +16,6 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,8 @@ from shardfuse.pipeline.core.documents import Chunk
 from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer, read_manifest
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
-from shardfuse.pipeline.index.lexical.manifest import write_manifest
 from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.pipeline.index.store.change_log import CHANGE_XID
 from shardfuse.pipeline.index.store.changes import DocStatus, DocumentChange
 from shardfuse.pipeline.index.store.pools import ShardPools
 from shardfuse.pipeline.index.store.shard_store import ShardStore
@@ -110,19 +109,25 @@ def _write_latencies(stack: Any, reader: LexicalShardReader, label: str, words: 
     return vector_s, keyword_s
 
 
+def _rewritten(store: ShardStore, path: str) -> None:
+    """What a rewrite of ``path`` with the same content leaves for the BM25 update: its row changed."""
+    with store.pool.connection() as conn:
+        conn.execute(f"UPDATE shard_0.documents SET change_xid = {CHANGE_XID} WHERE zone = %s AND path = %s",
+                     (ZONE, path))
+
+
 def _delta_costs(store: ShardStore, live_root: Path, tokenizer: Tokenizer, paths: list[str]) -> list[float]:
     """In process, on a copy of the live index (and Redis records of its own): DELTA_UPDATES delta updates
     of one written document each (the delta grows by one document per update, as between merges)."""
     freshness = Bm25Freshness(fakeredis.FakeRedis())
     with tempfile.TemporaryDirectory(prefix="bench-fresh-") as root:
         shutil.copytree(live_root / "shard_0", Path(root) / "shard_0")
-        # The copy answers to this private Redis, whose counter starts at 0.
         copied = read_manifest(Path(root), 0)
-        assert copied is not None and not copied.delta
-        write_manifest(Path(root), replace(copied, built_version=0, base_version=0))
+        assert copied is not None and not copied.delta and copied.tracks_postgres
         job = ShardIndexer(root=Path(root), shard=0, store=store, freshness=freshness, tokenizer=tokenizer)
         costs = []
         for path in paths[:DELTA_UPDATES]:
+            _rewritten(store, path)
             freshness.mark_dirty(0, [(ZONE, path)])
             started = time.perf_counter()
             result = job.update()

@@ -155,6 +155,9 @@ def running_stack(overrides: dict[str, str]) -> Iterator[Stack]:
     env = {**os.environ, **overrides}
     settings = load_settings(**settings_overrides(overrides))
     state = up(settings, progress=lambda line: None, timeout=180)
+    # Again, now that the first ``up`` of the data dir has generated its passwords: resolved like any
+    # shardfuse command's settings, they carry them (pipeline/config/stack_secrets.py).
+    settings = load_settings(**settings_overrides(overrides))
     try:
         yield Stack(settings=settings, state=state, env=env)
     finally:

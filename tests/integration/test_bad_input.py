@@ -420,3 +420,36 @@ def test_a_message_with_an_unknown_argument_gets_a_dead_letter(stack: Stack, pub
     create_app(stack.settings).send_task(Task.INGEST.value, kwargs={"evnts": [{"zone": ZONE, "marker": MARK}]})
     stack.wait()
     assert any(MARK in json.dumps(row["payload"]) for row in _dead_letters_after(stack, baseline))
+
+
+def test_malformed_maintenance_and_embed_messages_get_a_dead_letter_each(stack: Stack, published: Published) -> None:
+    """A maintenance message with a bad shard or an unknown argument, and an embed document that is no
+    document or names the wrong shard, are dead-lettered with their reason (before: a maintenance message
+    failed in Celery's call and was acknowledged unrecorded; a bad embed document was retried as transient)."""
+    from shardfuse.pipeline.core.sharding import shard_for
+    from shardfuse.workers.app import create_app
+    from shardfuse.workers.names import Task
+
+    baseline = max([0] + [row["id"] for row in _dead_letters_after(stack, 0)])
+    app = create_app(stack.settings)
+    shards = stack.settings.shards
+    wrong = (shard_for(ZONE, "misplaced.txt", shards) + 1) % shards
+    event = {"op": "delete", "zone": ZONE, "path": "misplaced.txt", "seq": 1}
+    sends = [
+        (Task.BM25_REBUILD, {"shard": shards}, f"shard must be a shard number from 0 to {shards - 1}, got {shards}"),
+        (Task.BM25_REBUILD, {"shard": "0; drop"}, "shard must be a shard number"),
+        (Task.VECTOR_INDEX_BUILD, {"shard": 0, "mark": MARK}, "unknown argument(s) mark"),
+        (Task.EMBED, {"documents": [{"event": event, "marker": MARK}]}, "malformed embed document"),
+        (Task.EMBED, {"documents": [{"event": event, "shard": wrong, "chunks": [], "line_count": 0}]},
+         f"names shard {wrong}; its path belongs on shard"),
+    ]
+    for task, kwargs, _ in sends:
+        app.send_task(task.value, kwargs=kwargs)
+    stack.wait()
+    deadline = time.monotonic() + 30
+    while len(rows := _dead_letters_after(stack, baseline)) < len(sends) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    reasons = [row["reason"] for row in rows]
+    for _, _, expected in sends:
+        assert sum(expected in reason for reason in reasons) >= 1, (expected, reasons)
+    assert all(row["error_class"].endswith("InvalidEventError") and row["attempts"] == 1 for row in rows), rows

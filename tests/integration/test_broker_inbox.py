@@ -5,6 +5,7 @@ its inbox, where the reaper finds it; kombu's own transport loses it there."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import subprocess
@@ -187,6 +188,12 @@ def test_a_delivery_cut_off_by_a_broken_connection_is_put_back_before_the_next_r
         received[0].ack()  # type: ignore[attr-defined]
 
 
+def _set_aside(client: redis.Redis) -> list[dict[str, object]]:
+    """The records in shardfuse:unreadable, oldest first, each with its item's bytes decoded."""
+    records = [json.loads(raw) for raw in reversed(client.lrange(UNREADABLE_KEY, 0, -1))]
+    return [{**record, "message": base64.b64decode(record["message"])} for record in records]
+
+
 def test_an_unreadable_message_is_kept_aside_and_the_next_one_delivered(url: str, client: redis.Redis) -> None:
     client.lpush(QUEUE, b"\xff not json")
     _publish(url, {"n": 2})
@@ -195,8 +202,94 @@ def test_an_unreadable_message_is_kept_aside_and_the_next_one_delivered(url: str
         _drain(conn, received, 1)
         assert json.loads(received[0].body) == {"n": 2}  # type: ignore[attr-defined]
         received[0].ack()  # type: ignore[attr-defined]
-    assert client.lrange(UNREADABLE_KEY, 0, -1) == [b"\xff not json"]
+    [record] = _set_aside(client)
+    assert record["message"] == b"\xff not json" and record["queue"] == QUEUE
+    assert "not UTF-8" in str(record["reason"])
     assert all(client.llen(k) == 0 for k in _inboxes(client))
     status = collect_status(Settings(broker={"url": url}), state=None)  # no database here: reported as such
     assert status["unreadable_messages"] == 1
-    assert f"1 message(s) that were not task messages kept in Redis list {UNREADABLE_KEY}" in format_status(status)
+    shown = format_status(status)
+    assert f"1 message(s) no worker could run, set aside in Redis list {UNREADABLE_KEY}" in shown
+    assert f"unread   [{QUEUE}] 10 bytes: the message is not UTF-8" in shown
+
+
+# The issue's reproductions: an incomplete envelope (KeyError inside kombu: a reconnect loop) and deep
+# nesting (RecursionError: a dead worker at every start).
+HOSTILE = [b"", b'{"body": "e30=", "headers": {}}', b"[" * 50_000 + b"]" * 50_000, b'{"body": "e30="',
+           json.dumps({"body": "e30=", "content-type": "application/json", "content-encoding": "utf-8",
+                       "headers": {"compression": "application/x-gzip"},
+                       "properties": {"body_encoding": "base64",
+                                      "delivery_info": {"exchange": "", "routing_key": QUEUE}}}).encode()]
+
+
+def test_hostile_items_are_set_aside_with_their_reasons_and_the_good_one_behind_them_delivered(
+        url: str, client: redis.Redis) -> None:
+    for item in HOSTILE:
+        client.lpush(QUEUE, item)
+    _publish(url, {"n": 4})
+    received: list[object] = []
+    with _consumer(url, received) as conn:
+        channel = conn.default_channel
+        _drain(conn, received, 1)  # no exception out of the receive: no reconnect
+        assert conn.default_channel is channel
+        assert json.loads(received[0].body) == {"n": 4}  # type: ignore[attr-defined]
+        received[0].ack()  # type: ignore[attr-defined]
+    records = _set_aside(client)
+    assert [r["message"] for r in records] == HOSTILE
+    assert [str(r["reason"]).split(" (")[0] for r in records] == [
+        "the message is empty", "the message has no 'content-type'", "the message nests deeper than 64 levels",
+        "the message is truncated JSON", "header 'compression' is not one a task message carries"]
+    assert client.llen(QUEUE) == 0 and client.hlen("unacked") == 0
+
+
+def test_a_consumer_of_several_queues_sets_hostile_items_aside_too(url: str, client: redis.Redis) -> None:
+    other = f"{QUEUE}-2"
+    client.lpush(other, HOSTILE[1])
+    _publish(url, {"n": 5})
+    received: list[object] = []
+    with Connection(url, transport=TRANSPORT, transport_options=OPTIONS) as conn:
+        queues = [Queue(QUEUE, routing_key=QUEUE), Queue(other, routing_key=other)]
+        with conn.Consumer(queues, accept=["json"], callbacks=[lambda body, message: received.append(message)]):
+            assert conn.default_channel._atomic_queue() is None  # kombu's BRPOP receive
+            _drain(conn, received, 1)
+            deadline = time.monotonic() + 5
+            while client.llen(other) and time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError, OSError):
+                    conn.drain_events(timeout=0.2)
+        received[0].ack()  # type: ignore[attr-defined]
+    [record] = _set_aside(client)
+    assert record["queue"] == other and record["message"] == HOSTILE[1]
+
+
+def test_a_message_whose_delivery_fails_is_set_aside_not_looped(url: str, client: redis.Redis) -> None:
+    _publish(url, {"n": "refused"}, {"n": 6})
+    received: list[object] = []
+
+    def callback(body: object, message: object) -> None:
+        if json.loads(message.body) == {"n": "refused"}:  # type: ignore[attr-defined]
+            raise KeyError("the consumer cannot take it")  # kombu would count this as a connection error
+        received.append(message)
+
+    with Connection(url, transport=TRANSPORT, transport_options=OPTIONS) as conn, \
+            conn.Consumer(Queue(QUEUE, routing_key=QUEUE), accept=["json"], callbacks=[callback]):
+        _drain(conn, received, 1)
+        assert client.hlen("unacked") == 1  # only the good one: the refused one left unacked with its record
+        received[0].ack()  # type: ignore[attr-defined]
+    [record] = _set_aside(client)
+    assert "refused on delivery: KeyError" in str(record["reason"])
+    assert json.loads(base64.b64decode(json.loads(record["message"])["body"])) == {"n": "refused"}
+
+
+def test_a_copied_delivery_tag_cannot_overwrite_another_messages_record(url: str, client: redis.Redis) -> None:
+    _publish(url, {"n": 7})
+    [item] = client.lrange(QUEUE, 0, -1)
+    _publish(url, {"n": 8})
+    client.lpush(QUEUE, item)  # a second copy of the first, with its delivery tag
+    received: list[object] = []
+    with _consumer(url, received) as conn:
+        _drain(conn, received, 3)
+        tags = {message.delivery_tag for message in received}  # type: ignore[attr-defined]
+        assert len(tags) == 3 and client.hlen("unacked") == 3  # three records: none overwritten
+        for message in received:
+            message.ack()  # type: ignore[attr-defined]
+    assert client.hlen("unacked") == 0

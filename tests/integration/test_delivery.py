@@ -14,8 +14,10 @@ import pytest
 
 from shardfuse.pipeline.coordination.leases import DocumentLeases
 from shardfuse.pipeline.coordination.liveness import alive_key
+from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.core.sharding import shard_for
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardPools
 from shardfuse.workers import monitor
 from shardfuse.workers.app import create_app
 from shardfuse.workers.monitor import LostRebuilds
@@ -158,7 +160,12 @@ def test_a_bm25_rebuild_whose_message_was_lost_is_sent_again_by_the_maintenance_
     resent_before = maintenance_log.read_text(errors="replace").count("no rebuild is queued: sending one")
     # A write committed to shard 1 and took the schedule flag; its rebuild message was never sent (the
     # broker went away between the two). Nobody calls `shardfuse wait`, which would also re-send it.
-    assert Bm25Freshness(client).mark_dirty(1)
+    # Whether the shard is behind is asked of PostgreSQL: the write must be there.
+    event = WriteEvent(op=Op.DELETE, zone="delivery-lost-rebuild", path=f"gone-{time.time_ns()}.txt", seq=1)
+    with ShardPools(stack.settings, min_size=1, max_size=1) as pools:
+        assert pools.stores()[1].apply([DocumentChange(event=event, status=DocStatus.DELETED)])[0].applied
+    Bm25Freshness(client).mark_dirty(1)
+    assert 1 in monitor.stale_shards(stack.settings, client)
     deadline = time.monotonic() + LostRebuilds(stack.settings).grace_s + 30
     while time.monotonic() < deadline:
         if next(row for row in monitor.bm25_freshness(stack.settings, client) if row["shard"] == 1)["current"]:

@@ -157,7 +157,9 @@ def test_send_task_from_an_unrelated_process_matches_the_cli(stack: Stack) -> No
         for i in range(5):
             publisher.write(zone="rpc", path=f"rpc/{i}.md", data=f"remote procedure call number {i}".encode())
     stack.wait()
-    broker = json.loads(stack.cli("status", "--json").stdout)["broker_url"]
+    # The broker URL with the stack's password (status prints it masked: redis://:***@…).
+    broker = stack.settings.broker.url
+    assert json.loads(stack.cli("status", "--json").stdout)["broker_url"].startswith("redis://:***@")
     backend = stack.settings.broker.result_backend
     script = (
         "import json, sys\n"

@@ -24,6 +24,7 @@ import redis
 from shardfuse import SearchClient, connect_publisher
 from shardfuse.pipeline.config.handoff import RESOLVED_SETTINGS_ENV, read_settings_file
 from shardfuse.pipeline.config.settings import Settings, load_settings
+from shardfuse.pipeline.config.stack_secrets import with_stack_secrets
 from shardfuse.pipeline.core.sharding import shard_for
 from shardfuse.workers import monitor
 from shardfuse.workers.broker.serialization import control_app
@@ -87,12 +88,13 @@ def test_servers_start_once_answer_and_stop_without_leftovers(servers_settings: 
 
     assert set(state.alive()) == SERVERS
     assert read_state(servers_settings) == state
-    endpoint = redis.Redis.from_url(servers_settings.broker.url)
+    live = with_stack_secrets(servers_settings)  # the passwords up generated for the data dir
+    endpoint = redis.Redis.from_url(live.broker.url)
     try:
         assert endpoint.ping()
     finally:
         endpoint.close()
-    with psycopg.connect(servers_settings.postgres.dsn) as conn:
+    with psycopg.connect(live.postgres.dsn) as conn:
         row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
         assert row is not None and row[0]
         assert conn.execute("SHOW listen_addresses").fetchone() == ("127.0.0.1",)
@@ -169,7 +171,7 @@ def test_a_crashed_postgres_with_a_stale_pidfile_is_restarted(servers_settings: 
 
     restarted = up(servers_settings, only={"postgres"}, progress=lambda _: None, timeout=60)
     assert restarted.components["postgres"].pid != postmaster
-    with psycopg.connect(servers_settings.postgres.dsn) as conn:
+    with psycopg.connect(with_stack_secrets(servers_settings).postgres.dsn) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
     assert down(servers_settings) == ["postgres"]
     assert _running(family | _tree(restarted.components["postgres"].pid)) == set()
@@ -194,6 +196,7 @@ def test_workers_and_flower_run_with_exactly_the_settings_up_was_given(data_dir:
     layout = StackLayout(settings.data_path)
     try:
         state = up(settings, progress=lambda _: None, timeout=240)  # Flower answered with the password above
+        settings = with_stack_secrets(settings)  # plus the passwords up generated for the data dir
         assert read_settings_file(layout.settings_file) == settings
         for name in ("worker-ingest", "flower"):
             assert psutil.Process(state.components[name].pid).environ()[RESOLVED_SETTINGS_ENV] == str(

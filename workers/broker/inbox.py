@@ -16,12 +16,14 @@ An inbox holds something only for that moment, or after a reply was lost:
 - the consumer died: its registration in ``shardfuse:inboxes`` stops being refreshed, and once it is older
   than the reaper's grace and the consumer's liveness key is gone, the reaper puts the inbox back.
 
-A message the transport cannot decode is moved to ``shardfuse:unreadable`` for a person to look at, not
-dropped and not put back (it would come round forever).
+An item that is not a message a worker can run (:mod:`shardfuse.workers.broker.envelope` says why), or whose
+delivery kombu or Celery refuse, is set aside in ``shardfuse:unreadable`` with its reason, its queue and its
+exact bytes, for a person to look at: not dropped, and not put back (it would come round forever).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -37,7 +39,9 @@ log = logging.getLogger(__name__)
 
 INBOX_PREFIX = "shardfuse:inbox:"
 INBOXES_KEY = "shardfuse:inboxes"  # hash: inbox key -> {"holder", "queue", "seen"} (JSON)
-UNREADABLE_KEY = "shardfuse:unreadable"
+UNREADABLE_KEY = "shardfuse:unreadable"  # list of JSON records (unreadable_record), newest first
+# kombu's unacked bookkeeping (kombu.transport.redis.Channel.unacked_key / unacked_index_key).
+UNACKED, UNACKED_INDEX = "unacked", "unacked_index"
 
 # Newest first onto the queue's consuming end, so the oldest item comes out first again. kombu publishes
 # with LPUSH and receives from the right; BLMOVE ... RIGHT LEFT pushes each received item on the inbox's left.
@@ -80,14 +84,44 @@ def put_back(client: Any, *, inbox: str, queue: str, forget: bool = False) -> in
     return int(client.eval(_PUT_BACK, 3, inbox, queue, INBOXES_KEY, "1" if forget else "0"))
 
 
-def quarantine(client: Any, *, inbox: str, item: bytes, reason: str) -> None:
-    """Move a message that cannot be decoded out of ``inbox`` into ``shardfuse:unreadable``."""
+def unreadable_record(*, reason: str, queue: str, item: bytes, at: float | None = None) -> str:
+    """What ``shardfuse:unreadable`` holds for one item set aside: why, from which queue, when, and the item's
+    exact bytes (base64), so that a person can read it, fix it and push it back."""
+    return json.dumps({"reason": reason, "queue": queue, "at": time.time() if at is None else at,
+                       "message": base64.b64encode(item).decode("ascii")})
+
+
+def set_aside(client: Any, *, queue: str, item: bytes, reason: str, inbox: str | None = None,
+              unacked_tag: str | None = None) -> None:
+    """Move an item no worker can run into ``shardfuse:unreadable``, in one MULTI with taking it out of
+    where it is: ``inbox`` (received by BLMOVE, not yet recorded) or ``unacked`` under ``unacked_tag``
+    (recorded, then refused by kombu or Celery). An item received by BRPOP is in neither."""
     pipe = client.pipeline(transaction=True)
-    pipe.lrem(inbox, 1, item)
-    pipe.lpush(UNREADABLE_KEY, item)
+    if inbox is not None:
+        pipe.lrem(inbox, 1, item)
+    if unacked_tag is not None:
+        pipe.zrem(UNACKED_INDEX, unacked_tag).hdel(UNACKED, unacked_tag)
+    pipe.lpush(UNREADABLE_KEY, unreadable_record(reason=reason, queue=queue, item=item))
     pipe.execute()
-    log.error("a message on %s could not be read and was moved to %s (%s): %r", inbox, UNREADABLE_KEY, reason,
-              item[:200])
+    log.error("a message on queue %s cannot be run and was set aside in %s: %s (%d bytes: %r)", queue,
+              UNREADABLE_KEY, reason, len(item), item[:120])
+
+
+def unreadable_count(client: redis.Redis) -> int:
+    return int(client.llen(UNREADABLE_KEY))
+
+
+def recent_unreadable(client: redis.Redis, *, limit: int = 5) -> list[dict[str, Any]]:
+    """The newest items set aside, newest first: ``reason``, ``queue``, ``at`` and ``size`` (bytes)."""
+    recent = []
+    for raw in client.lrange(UNREADABLE_KEY, 0, limit - 1):
+        try:
+            record = json.loads(raw)
+            recent.append({"reason": str(record["reason"]), "queue": str(record["queue"]),
+                           "at": float(record["at"]), "size": len(base64.b64decode(record["message"]))})
+        except (ValueError, KeyError, TypeError):  # an item set aside before records had a reason
+            recent.append({"reason": "(no reason recorded)", "queue": "?", "at": None, "size": len(raw)})
+    return recent
 
 
 def inbox_depths(client: redis.Redis) -> dict[str, int]:

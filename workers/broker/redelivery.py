@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -28,6 +29,7 @@ import redis
 
 from shardfuse.pipeline.coordination.liveness import Heartbeat
 from shardfuse.pipeline.coordination.redis_errors import redis_errors
+from shardfuse.pipeline.core.errors import TransientError
 from shardfuse.workers.broker.inbox import consumer_holder, release_dead_inboxes
 
 log = logging.getLogger(__name__)
@@ -123,7 +125,8 @@ class DeliveryWatch:
     """The main worker process's heartbeat: liveness, claims, and the orphan reaper.
 
     ``restore`` puts a message back by delivery tag (kombu's ``QoS.restore_by_tag`` on a channel of the
-    app's broker connection).
+    app's broker connection). :meth:`start` never fails for Redis being out of reach: a worker may start
+    before its broker answers, and then starts watching at the first interval the broker does.
     """
 
     def __init__(self, client: redis.Redis, *, interval_s: float, dead_after_s: float,
@@ -136,18 +139,55 @@ class DeliveryWatch:
         self._restore = restore
         self.heartbeat = Heartbeat(client, holder=self.holder, interval_s=interval_s, dead_after_s=dead_after_s)
         self.heartbeat.on_beat(self.beat)
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._watching = threading.Event()
+        self._starter: threading.Thread | None = None
 
     def beat(self) -> None:
         publish_claims(self.client, holder=self.holder, tags=self._tags(), ttl_s=self.dead_after_s)
         release_orphans(self.client, self._restore, holder=self.holder, grace_s=orphan_grace_s(self.dead_after_s),
                         lock_s=self.heartbeat.interval_s)
 
+    @property
+    def watching(self) -> bool:
+        """True once the heartbeat runs (Redis answered at least once)."""
+        return self._watching.is_set()
+
     def start(self) -> DeliveryWatch:
-        self.beat()
-        self.heartbeat.start()
+        """Beat now and every interval after; if Redis cannot be reached yet, try again every interval in
+        the background until it can (or :meth:`stop`)."""
+        if not self._try_start():
+            self._starter = threading.Thread(target=self._start_when_reachable, name="shardfuse-watch-start",
+                                             daemon=True)
+            self._starter.start()
         return self
 
+    def _try_start(self) -> bool:
+        with self._lock:
+            if self._stopped.is_set():
+                return True  # nothing left to start
+            try:
+                self.beat()
+                self.heartbeat.start()
+                self._watching.set()
+            except Exception as exc:  # noqa: BLE001 - whatever stops it now, the watch must be tried again
+                log.warning("delivery watch of %s not started yet: %s (trying again in %.0f s)", self.holder, exc,
+                            self.heartbeat.interval_s, exc_info=not isinstance(exc, TransientError))
+                return False
+        log.info("delivery watch of %s started", self.holder)
+        return True
+
+    def _start_when_reachable(self) -> None:
+        while not self._stopped.wait(self.heartbeat.interval_s):
+            if self._try_start():
+                return
+
     def stop(self) -> None:
+        with self._lock:
+            self._stopped.set()
+        if self._starter is not None:
+            self._starter.join(timeout=self.heartbeat.interval_s + 1)
         self.heartbeat.stop()
         with contextlib.suppress(redis.RedisError):  # otherwise the claims expire on their own
             self.client.delete(CLAIMS_PREFIX + self.holder)

@@ -13,16 +13,22 @@ connection of its own: it checks one out of its pool per command, so one object 
 the channel. The consuming side (BRPOP on the asynchronous pool) is untouched. It also keeps the
 connection parameters through a broker restart (``_connparams``, below).
 
-Selected by ``broker_transport`` in :mod:`shardfuse.workers.app` for ``redis://`` brokers (``rediss://`` and
-``sentinel://`` keep kombu's own transport).
+Every item received, by either command, passes :func:`shardfuse.workers.broker.envelope.check_envelope` before
+kombu sees it; one that fails, or whose delivery kombu or Celery refuse, is set aside in
+``shardfuse:unreadable`` with its reason and the consumer goes on to the next (no reconnect, no crash).
+
+Selected by ``broker_transport`` in :mod:`shardfuse.workers.app` for ``redis://``, ``rediss://`` (TLS, verified
+by default) and ``sentinel://`` brokers alike.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from queue import Empty
 from typing import Any
@@ -30,9 +36,11 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import dumps, loads
+from kombu.utils.json import dumps
 
+from shardfuse.pipeline.core.errors import UnreadableMessageError
 from shardfuse.workers.broker import inbox as broker_inbox
+from shardfuse.workers.broker.envelope import QUEUE_TASKS, check_envelope
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +48,20 @@ log = logging.getLogger(__name__)
 REGISTER_EVERY_S = 2.0
 # BLMOVE arrived in Redis 6.2.
 BLMOVE_SINCE = (6, 2)
+# The default of the transport option ``max_message_bytes`` (broker.max_message_bytes).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 # kombu is unannotated: its helpers get typed names here, and calls into the classes we extend carry
 # `# type: ignore[no-untyped-call]`. What we override is pinned and recorded in
 # tests/unit/workers/test_kombu_private_api.py.
 _dumps: Callable[[Any], str] = dumps
-_loads: Callable[[str], Any] = loads
 _bytes_to_str: Callable[[bytes], str] = bytes_to_str
 
 
 class QoS(kombu_redis.QoS):
     def append(self, message: Any, delivery_tag: str) -> None:
         receiving = self.channel._receiving
+        self.channel._recorded = delivery_tag
         if receiving is None:  # received by BRPOP (or basic_get): kombu's own bookkeeping
             super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
             return
@@ -69,10 +79,13 @@ class QoS(kombu_redis.QoS):
 
 class Channel(kombu_redis.Channel):
     QoS = QoS
+    from_transport_options = (*kombu_redis.Channel.from_transport_options, "max_message_bytes")  # type: ignore[assignment]
+    max_message_bytes = MAX_MESSAGE_BYTES
     _short_client: Any = None
     _short_client_lock = threading.Lock()
     _inbox: tuple[str, str] | None = None  # (inbox key, queue) of the pending or last BLMOVE
     _receiving: tuple[str, bytes] | None = None  # (inbox, item) between the move and its record in unacked
+    _recorded: str | None = None  # the delivery tag under which the message being delivered went into unacked
     _inbox_dirty = False  # a BLMOVE reply may have been lost: put the inbox back before receiving again
     _registered_at = 0.0
     _blmove: bool | None = None  # whether the server has BLMOVE (asked once)
@@ -134,49 +147,80 @@ class Channel(kombu_redis.Channel):
                                             self.brpop_timeout if timeout is None else timeout)
 
     def _brpop_read(self, **options: Any) -> bool:
-        if self._inbox is None:
-            return bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
-        inbox, queue = self._inbox
+        # kombu's own, but every item goes through the envelope check (_deliver_item), on both receives.
+        inbox, queue = self._inbox if self._inbox is not None else (None, "")
         try:
             try:
-                item = self.client.parse_response(self.client.connection, "BLMOVE", **options)
+                reply = self.client.parse_response(self.client.connection, "BRPOP" if inbox is None else "BLMOVE",
+                                                   **options)
             except self.connection_errors:
-                self._inbox_dirty = True
+                if inbox is not None:
+                    self._inbox_dirty = True
                 self.client.connection.disconnect()  # the next receive reconnects
                 raise
-            if not item:
+            if reply is None:  # timed out (an empty item, b"", is an item: it is set aside like any other)
                 raise Empty()
-            self._deliver_moved(inbox, queue, item)
+            if inbox is None:  # BRPOP: (list, item)
+                source, item = reply
+                queue = _bytes_to_str(source).rsplit(self.sep, 1)[0]
+                self._queue_cycle.rotate(queue)
+            else:
+                item = reply
+            if not self._deliver_item(queue, item, inbox=inbox):
+                raise Empty()  # set aside: the consumer goes on to the next item
             return True
         finally:
             self._in_poll = None
             self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
 
-    def _deliver_moved(self, inbox: str, queue: str, item: bytes) -> None:
+    def _deliver_item(self, queue: str, item: bytes, *, inbox: str | None) -> bool:
+        """Check ``item`` (received from ``queue``, into ``inbox`` by BLMOVE or by BRPOP) and hand it to kombu.
+        An item that is no message a worker can run, or whose delivery kombu or Celery refuse for any reason
+        but the broker, is set aside (False): it never reaches a reconnect loop or crashes the worker."""
         try:
-            payload = _loads(_bytes_to_str(item))
-            if not isinstance(payload, dict):
-                raise TypeError(f"a JSON {type(payload).__name__}, not an object")
-        except (ValueError, TypeError) as exc:
-            with self.conn_or_acquire() as client:
-                broker_inbox.quarantine(client, inbox=inbox, item=item, reason=f"not a kombu message: {exc}")
-            return
-        self._receiving = (inbox, item)
+            payload = check_envelope(item, max_bytes=self.max_message_bytes, tasks=QUEUE_TASKS.get(queue),
+                                     queue=queue)
+        except UnreadableMessageError as exc:
+            self._set_aside(queue, item, inbox=inbox, tag=None, reason=str(exc))
+            return False
+        # A fresh tag: the unacked hash is keyed by it, and a tag copied from another message would
+        # overwrite that message's record there (and lose it). ack, reject and restore all use this one.
+        payload["properties"]["delivery_tag"] = str(uuid.uuid4())
+        self._receiving, self._recorded = (None if inbox is None else (inbox, item)), None
         try:
             self.connection._deliver(payload, queue)
-        except self.connection_errors:
-            self._inbox_dirty = True  # if it never reached unacked, it is still in the inbox: put back
-            raise
         except Exception as exc:
-            if self._receiving is not None:  # refused before it was recorded (a malformed envelope)
-                with self.conn_or_acquire() as client:
-                    broker_inbox.quarantine(client, inbox=inbox, item=item, reason=repr(exc))
-            raise
+            if self._broker_failure(exc):
+                if inbox is not None:
+                    self._inbox_dirty = True  # if it never reached unacked, it is still in the inbox
+                raise
+            log.exception("delivering a message from %s failed; setting it aside", queue)
+            self._set_aside(queue, item, inbox=inbox if self._receiving is not None else None,
+                            tag=self._recorded, reason=f"refused on delivery: {type(exc).__name__}: {exc}"[:300])
+            return False
         finally:
             unrecorded, self._receiving = self._receiving, None
         if unrecorded is not None:  # a no-ack consumer took it: delivered is done
             with self.conn_or_acquire() as client:
-                client.lrem(inbox, 1, item)
+                client.lrem(unrecorded[0], 1, item)
+        return True
+
+    def _broker_failure(self, exc: Exception) -> bool:
+        """Whether ``exc`` is the broker failing (the receive is retried after a reconnect), not the message.
+        kombu counts ``KeyError`` as a connection error; raised while delivering, it is the message's."""
+        broker = (*self.connection_errors, *self.connection.channel_errors)
+        return isinstance(exc, broker) and not isinstance(exc, KeyError)
+
+    def _set_aside(self, queue: str, item: bytes, *, inbox: str | None, tag: str | None, reason: str) -> None:
+        try:
+            with self.conn_or_acquire() as client:
+                broker_inbox.set_aside(client, queue=queue, item=item, reason=reason, inbox=inbox, unacked_tag=tag)
+        except self.connection_errors:
+            if inbox is not None:
+                self._inbox_dirty = True  # still in the inbox: put back, received and refused again
+            raise
+        if tag is not None:  # recorded before it was refused: forget it here as well
+            virtual.QoS.ack(self.qos, tag)  # type: ignore[no-untyped-call]
 
     def _on_connection_disconnect(self, connection: Any) -> None:
         if self._inbox is not None and self._in_poll is connection:
@@ -216,4 +260,35 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class TlsChannel(Channel):
+    """A channel that only ever speaks TLS (``rediss://``). The certificate options come from the URL's
+    ``ssl_*`` query parameters (or Celery's ``broker_use_ssl``); a URL without any verifies the server
+    against the system's certificate authorities, where kombu's own transport would not verify at all."""
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        # The kombu Connection this channel serves (Channel._connparams: kept through a reconnect).
+        client = self.connection.client or getattr(self, "_client_info", None)
+        if client is not None and not client.ssl:
+            client.ssl = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+        return super()._connparams(asynchronous=asynchronous)
+
+
+class TlsTransport(Transport):
+    Channel = TlsChannel
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """Our receive through Redis Sentinel (``sentinel://``): kombu's Sentinel channel finds the master, ours
+    receives from it atomically (the inbox and ``unacked`` live on the master like the queues)."""
+
+    from_transport_options = (*kombu_redis.SentinelChannel.from_transport_options,  # type: ignore[assignment]
+                              "max_message_bytes")
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel
+
+
 TRANSPORT = f"{__name__}:Transport"
+TLS_TRANSPORT = f"{__name__}:TlsTransport"
+SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"

@@ -68,7 +68,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             retried = take_dead_letters(pool, None if args.all else list(args.ids),
                                         lambda task, payload: app.send_task(task, kwargs=payload))
             missing = sorted(set(args.ids) - set(retried))
-            print(f"retried {len(retried)} dead letter(s)" + (f"; no such id: {missing}" if missing else ""))
+            # An id missing here was never there, or another retry running at the same time sent it.
+            print(f"retried {len(retried)} dead letter(s)" + (f"; not found (or retried elsewhere): {missing}"
+                                                              if missing else ""))
             return 1 if missing else 0
         if not args.yes:
             raise ConfigurationError("purge deletes dead letters for good: add --yes")

@@ -18,8 +18,10 @@ from shardfuse.workers.cli import (
     maintenance,
     operations,
     querying,
+    reconcile,
     reindex,
     serve,
+    unreadable,
 )
 from shardfuse.workers.cli import metrics as exporter_cli
 from shardfuse.workers.logs import configure_cli_logging
@@ -44,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.register(sub)
     serve.register(sub)
     reindex.register(sub)
+    reconcile.register(sub)
     maintenance.register(sub)
+    unreadable.register(sub)
     exporter_cli.register(sub)
     return parser
 

@@ -1,14 +1,14 @@
 """Where each component of the embedded stack listens, parsed from the settings (pure, no I/O).
 
 Redis and PostgreSQL are configured once, by ``broker.url`` and ``postgres.dsn``: the launcher binds the
-servers to exactly the address clients will use. The embedded stack is a single-machine stack: passwords in
-``broker.url`` and ``postgres.dsn`` are honoured (Redis ``requirepass``, PostgreSQL scram-sha-256), but
-without them it runs open, so it only ever binds to loopback.
+servers to exactly the address clients will use. The embedded stack is a single-machine stack: it only ever
+binds to loopback, and its servers require passwords (Redis ``requirepass``, PostgreSQL scram-sha-256): those
+in ``broker.url`` and ``postgres.dsn``, else the data dir's generated ones
+(:mod:`shardfuse.pipeline.config.stack_secrets`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -16,11 +16,11 @@ import psycopg.conninfo
 
 from shardfuse.pipeline.config.redaction import redact_url
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.config.stack_secrets import is_loopback
 from shardfuse.pipeline.core.errors import ConfigurationError
 
 DEFAULT_REDIS_PORT = 6379
 DEFAULT_POSTGRES_PORT = 5432
-LOCALHOST_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
 @dataclass(frozen=True)
@@ -104,18 +104,8 @@ def parse_postgres_dsn(dsn: str) -> PostgresTarget:
     return PostgresTarget(Endpoint(host, port), user=user, dbname=dbname)
 
 
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and for any loopback IP literal (127.0.0.0/8, ::1)."""
-    if host.lower() in LOCALHOST_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def require_loopback(host: str, *, what: str) -> None:
-    """Raise ConfigurationError unless ``host`` is loopback: the embedded servers may run without passwords."""
+    """Raise ConfigurationError unless ``host`` is loopback: the embedded stack serves this machine only."""
     if not is_loopback(host):
         raise ConfigurationError(
             f"{what} points at {host!r}, but the embedded stack only listens on loopback "

@@ -23,7 +23,7 @@ from shardfuse.pipeline.config.handoff import write_settings_file
 from shardfuse.pipeline.config.redaction import redact_dsn, redact_url
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers.names import Queue
-from shardfuse.workers.stack import celery_processes, postgres_server, processes, redis_server
+from shardfuse.workers.stack import access, celery_processes, passwords, postgres_server, processes, redis_server
 from shardfuse.workers.stack.addresses import StackAddresses
 from shardfuse.workers.stack.errors import StackError
 from shardfuse.workers.stack.launch import Launch, Progress, exclusive, spawn
@@ -70,13 +70,16 @@ def up(
     "postgres"}`` for the servers alone). Raises StackError naming the component and its log file if one
     is not ready within ``timeout`` seconds, ConfigurationError if an address is not loopback.
 
-    The workers and Flower it starts run with ``settings`` exactly, however they were built.
+    The workers and Flower it starts run with ``settings`` exactly, however they were built, plus the data
+    dir's passwords (generated on its first ``up``, :mod:`.passwords`) where they name the stack without one.
     """
     wanted = _select(only)
     addresses = StackAddresses.from_settings(settings)
     layout = StackLayout(settings.data_path)
     layout.create()
+    access.protect_data_dir(layout, server_user=postgres_server.system_user())
     with exclusive(layout):
+        settings = passwords.stack_settings(settings, layout=layout, addresses=addresses, progress=progress)
         plan = _Plan(settings=settings, wanted=wanted, addresses=addresses, deadline=time.monotonic() + timeout)
         launch = Launch(state=_current_state(settings, addresses=addresses, layout=layout), layout=layout,
                         progress=progress)
@@ -92,19 +95,22 @@ def _start_servers(launch: Launch, plan: _Plan) -> None:
     """Redis and PostgreSQL (both started before either is waited for: they boot in parallel)."""
     redis_at, postgres_at, layout = plan.addresses.redis, plan.addresses.postgres, launch.layout
     redis_password = redis_server.broker_password(plan.settings.broker.url)
-    pg_password = postgres_server.dsn_password(plan.settings.postgres.dsn)
+    pg_password = postgres_server.dsn_password(plan.settings.postgres.dsn) or ""  # stack_settings gave one
     if REDIS in plan.wanted:
         launch.ensure(
             REDIS,
             find=lambda: redis_server.running_redis(endpoint=redis_at, layout=layout),
-            start=lambda: redis_server.start_redis(endpoint=redis_at, layout=layout, password=redis_password),
+            start=lambda: redis_server.start_redis(endpoint=redis_at, layout=layout, password=redis_password,
+                                                   maxmemory_mb=plan.settings.stack.redis_maxmemory_mb),
         )
     if POSTGRES in plan.wanted:
+        passwords.announce_postgres_upgrade(layout, launch.progress)
         launch.ensure(
             POSTGRES,
             find=lambda: postgres_server.running_postmaster(layout),
-            start=lambda: postgres_server.start_postgres(target=postgres_at, layout=layout, password=pg_password),
+            start=lambda: postgres_server.start_postgres(target=postgres_at, layout=layout),
         )
+        passwords.refuse_open_postgres(layout, launch.state.components[POSTGRES].pid)
     if REDIS in plan.wanted:
         launch.wait(REDIS, lambda: redis_server.redis_ready(redis_at, password=redis_password),
                     deadline=plan.deadline)  # fmt: skip
@@ -224,6 +230,9 @@ def _current_state(settings: Settings, *, addresses: StackAddresses, layout: Sta
         fresh.broker_url, fresh.postgres_dsn, fresh.flower_url,
     )  # fmt: skip
     if changed and recorded.alive():
+        passwords.refuse_running_without_passwords(
+            layout, recorded=(recorded.broker_url, recorded.postgres_dsn, recorded.flower_url),
+            fresh=(fresh.broker_url, fresh.postgres_dsn, fresh.flower_url))
         raise StackError(
             f"the stack in {layout.data_dir} is running with other addresses (broker {recorded.broker_url}, "
             f"flower {recorded.flower_url}); run `shardfuse down` first"
@@ -237,7 +246,7 @@ def _current_state(settings: Settings, *, addresses: StackAddresses, layout: Sta
     )
 
 
-def _prepare_database(launch: Launch, plan: _Plan, *, password: str | None) -> None:
+def _prepare_database(launch: Launch, plan: _Plan, *, password: str) -> None:
     """Create the DSN's role (with its password), database and the vector extension, retrying while the
     server finishes starting."""
     log = launch.state.components[POSTGRES].log

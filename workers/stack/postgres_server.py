@@ -4,11 +4,12 @@
 PostgreSQL refuses to run as root; under root the server runs as the system user ``pgserver``, as the
 ``pgserver`` package itself does.
 
-A password in ``postgres.dsn`` becomes the DSN role's password (stored as a SCRAM verifier computed here:
-the plain text never reaches the server, its logs or its catalog), and ``pg_hba.conf`` then requires
-scram-sha-256 for every TCP connection. The stack's own administration (creating the role, database and
-extension) goes through the unix socket, which is then reachable by the server's OS user (and root) only.
-Without a password, TCP connections from loopback are trusted, as before.
+The password in ``postgres.dsn`` (the data dir's generated one unless the DSN gives its own:
+:mod:`shardfuse.pipeline.config.stack_secrets`) becomes the DSN role's password (stored as a SCRAM verifier
+computed here: the plain text never reaches the server, its logs or its catalog), and every TCP connection
+must give it (scram-sha-256). The stack's own administration (creating the role, database and extension)
+goes through the unix socket, as the superuser, for the OS user who runs ``up`` only (:mod:`.access`). A data
+dir from before passwords (loopback trusted) is switched over at its next start.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import stat
 import subprocess
-import warnings
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
 from shardfuse.pipeline.config import redaction
-from shardfuse.workers.stack import processes
+from shardfuse.workers.stack import access, processes
 from shardfuse.workers.stack.addresses import PostgresTarget
 from shardfuse.workers.stack.errors import StackError
 from shardfuse.workers.stack.layout import StackLayout
@@ -35,7 +34,6 @@ NAME = "postgres"
 SYSTEM_USER = "pgserver"
 SUPERUSER = "postgres"
 SERVER_CONF = "shardfuse.conf"
-HBA_CONF = "pg_hba.conf"
 CONNECT_TIMEOUT_S = 2
 # pg_ctl waits this long for start-up (crash recovery after an unclean stop can take a while).
 START_WAIT_S = 60
@@ -76,7 +74,7 @@ def cmdline_marks(layout: StackLayout) -> tuple[str, ...]:
     return ("postgres", str(layout.pgdata))
 
 
-def server_conf(target: PostgresTarget, *, socket_dir: Path, password_required: bool = False) -> str:
+def server_conf(target: PostgresTarget, *, socket_dir: Path) -> str:
     """The contents of ``shardfuse.conf``, rewritten at every start so a changed DSN port takes effect.
 
     Addresses go in a file rather than on pg_ctl's ``-o`` line, which passes through a shell and would
@@ -88,24 +86,12 @@ def server_conf(target: PostgresTarget, *, socket_dir: Path, password_required: 
         f"port = {target.endpoint.port}",
         f"unix_socket_directories = {_quote(str(socket_dir))}",
         *(f"{key} = {value}" for key, value in SERVER_SETTINGS.items()),
+        # The socket is for the stack's administration (peer authentication, access.hba_conf): only the
+        # server's own OS user (and root) may open it, in a folder that is theirs alone.
+        "unix_socket_permissions = 0700",
+        "password_encryption = 'scram-sha-256'",
     ]
-    if password_required:
-        # The socket is trusted (see hba_conf): only the server's own OS user may open it.
-        lines += ["unix_socket_permissions = 0700", "password_encryption = 'scram-sha-256'"]
     return "\n".join(lines) + "\n"
-
-
-def hba_conf(*, password_required: bool) -> str:
-    """The contents of ``pg_hba.conf``, rewritten at every start: the unix socket is trusted (the stack
-    administers the server through it); TCP from loopback needs the password when the DSN gives one."""
-    tcp = "scram-sha-256" if password_required else "trust"
-    return (
-        "# Written by `shardfuse up` at every start; edits here are overwritten.\n"
-        "# TYPE  DATABASE  USER  ADDRESS       METHOD\n"
-        "local   all       all                 trust\n"
-        f"host    all       all   127.0.0.0/8   {tcp}\n"
-        f"host    all       all   ::1/128       {tcp}\n"
-    )
 
 
 def running_postmaster(layout: StackLayout) -> ComponentState | None:
@@ -117,9 +103,9 @@ def running_postmaster(layout: StackLayout) -> ComponentState | None:
     return ComponentState.adopt(pid, log=layout.log_file(NAME), cmdline_marks=cmdline_marks(layout))
 
 
-def start_postgres(*, target: PostgresTarget, layout: StackLayout, password: str | None = None) -> ComponentState:
-    """initdb on first use, then start the server and wait until it accepts connections. With ``password``,
-    TCP connections must authenticate (the role's password is set by :func:`ensure_database`)."""
+def start_postgres(*, target: PostgresTarget, layout: StackLayout) -> ComponentState:
+    """initdb on first use, then start the server and wait until it accepts connections. TCP connections
+    must authenticate (the role's password is set by :func:`ensure_database`)."""
     user = system_user()
     log = layout.log_file(NAME)
     socket_dir = layout.postgres_socket_dir
@@ -128,23 +114,24 @@ def start_postgres(*, target: PostgresTarget, layout: StackLayout, password: str
             f"cannot start postgres: {target.endpoint.host}:{target.endpoint.port} is already in use by "
             "another program (change postgres.dsn, or stop that program)"
         )
-    socket_dir.mkdir(parents=True, exist_ok=True)
+    access.private_socket_dir(socket_dir, server_user=user)
     log.touch(exist_ok=True)
     if user is not None:
-        _grant_to_system_user(user, layout=layout, paths=(socket_dir, log))
+        access.grant_to_system_user(user, layout=layout, install=pg_install_dir(), paths=(socket_dir, log))
     _initdb_if_needed(layout, user=user, log=log)
     if running_postmaster(layout) is None:
         # Lock files left by a crash. Postgres ignores one whose pid is dead, but refuses to start if that
         # pid is still a zombie (an init that reaps slowly) or now belongs to another process of its user.
         (layout.pgdata / "postmaster.pid").unlink(missing_ok=True)
         (socket_dir / f".s.PGSQL.{target.endpoint.port}.lock").unlink(missing_ok=True)
-    required = bool(password)
-    for name, text in ((SERVER_CONF, server_conf(target, socket_dir=socket_dir, password_required=required)),
-                       (HBA_CONF, hba_conf(password_required=required))):
+    os_users = (access.os_user(), *([user] if user else []))
+    for name, text in ((SERVER_CONF, server_conf(target, socket_dir=socket_dir)),
+                       (access.IDENT_CONF, access.ident_conf(superuser=SUPERUSER, os_users=os_users)),
+                       (access.HBA_CONF, access.hba_conf())):  # fmt: skip
         conf = layout.pgdata / name
         conf.write_text(text, encoding="utf-8")
         if user is not None:
-            _chown(conf, user)
+            access.chown(conf, user)
     _run_logged(
         [str(pg_binary("pg_ctl")), "-D", str(layout.pgdata), "-l", str(log), "-w", "-t", str(START_WAIT_S),
          "start"],
@@ -156,10 +143,10 @@ def start_postgres(*, target: PostgresTarget, layout: StackLayout, password: str
     return state
 
 
-def ensure_database(target: PostgresTarget, *, socket_dir: Path, password: str | None = None) -> None:
+def ensure_database(target: PostgresTarget, *, socket_dir: Path, password: str) -> None:
     """Create the DSN's role and database if missing, and the ``vector`` extension in that database; give
-    the role ``password`` when there is one. Connects as the superuser through the unix socket in
-    ``socket_dir``."""
+    the role ``password`` (again at every start: the DSN may have changed it). Connects as the superuser
+    through the unix socket in ``socket_dir``."""
     admin = _conninfo(target, user=SUPERUSER, dbname="postgres", socket_dir=socket_dir)
     with psycopg.connect(admin, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
         if (
@@ -167,12 +154,11 @@ def ensure_database(target: PostgresTarget, *, socket_dir: Path, password: str |
             and not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (target.user,)).fetchone()
         ):
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(target.user)))
-        if password:
-            # The SCRAM verifier is computed by libpq here; ALTER ROLE takes no bind parameters, and the
-            # verifier is a quoted literal (psycopg's quoting), never text pasted into the statement.
-            verifier = conn.pgconn.encrypt_password(password.encode(), target.user.encode(), b"scram-sha-256")
-            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
-                sql.Identifier(target.user), sql.Literal(verifier.decode("ascii"))))
+        # The SCRAM verifier is computed by libpq here; ALTER ROLE takes no bind parameters, and the verifier
+        # is a quoted literal (psycopg's quoting), never text pasted into the statement.
+        verifier = conn.pgconn.encrypt_password(password.encode(), target.user.encode(), b"scram-sha-256")
+        conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+            sql.Identifier(target.user), sql.Literal(verifier.decode("ascii"))))
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (target.dbname,)).fetchone():
             conn.execute(
                 sql.SQL("CREATE DATABASE {} OWNER {} ENCODING 'UTF8'").format(
@@ -218,8 +204,9 @@ def _initdb_if_needed(layout: StackLayout, *, user: str | None, log: Path) -> No
     if any(pgdata.iterdir()):
         raise StackError(f"{pgdata} is neither empty nor a PostgreSQL data directory; move it away")
     _run_logged(
-        [str(pg_binary("initdb")), "-D", str(pgdata), "--auth=trust", "-U", SUPERUSER, "--encoding=utf8",
-         "--locale=C"],
+        # No rule of initdb's trusts anyone; start_postgres writes the real pg_hba.conf before the first start.
+        [str(pg_binary("initdb")), "-D", str(pgdata), "--auth-local=peer", "--auth-host=reject", "-U", SUPERUSER,
+         "--encoding=utf8", "--locale=C"],
         user=user, log=log, what="initdb",
     )  # fmt: skip
     with open(pgdata / "postgresql.conf", "a", encoding="utf-8") as conf:
@@ -246,39 +233,6 @@ def _run_logged(argv: list[str], *, user: str | None, log: Path, what: str) -> N
         )
     if result.returncode != 0:
         raise StackError(f"{what} failed with exit code {result.returncode}; see the log at {log}")
-
-
-def _grant_to_system_user(user: str, *, layout: StackLayout, paths: tuple[Path, ...]) -> None:
-    """Let ``user`` run the binaries, own PGDATA and the socket dir and write the log (root only)."""
-    with warnings.catch_warnings():
-        # Imported here: only root needs it. pgserver's package import warns about XDG_RUNTIME_DIR, which
-        # concerns its own get_server(), not us.
-        warnings.simplefilter("ignore")
-        from pgserver.utils import (
-            ensure_folder_permissions,
-            ensure_prefix_permissions,
-            ensure_user_exists,
-        )
-
-    ensure_user_exists(user)
-    install = pg_install_dir()
-    readable = stat.S_IRGRP | stat.S_IROTH
-    ensure_prefix_permissions(install / "bin")
-    ensure_folder_permissions(install / "bin", readable | stat.S_IXGRP | stat.S_IXOTH)
-    ensure_folder_permissions(install / "lib", readable)
-    ensure_folder_permissions(install / "share", readable)
-    # The server user must be able to reach PGDATA through every parent folder.
-    ensure_prefix_permissions(layout.pgdata)
-    for path in (layout.pgdata, *paths):
-        ensure_prefix_permissions(path)
-        _chown(path, user)
-
-
-def _chown(path: Path, user: str) -> None:
-    import pwd
-
-    entry = pwd.getpwnam(user)
-    os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
 def _conninfo(target: PostgresTarget, *, user: str, dbname: str, socket_dir: Path) -> str:

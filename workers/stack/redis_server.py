@@ -47,8 +47,10 @@ def redis_server_binary() -> Path:
     return binary
 
 
-def redis_command(binary: Path, *, endpoint: Endpoint, layout: StackLayout) -> list[str]:
-    """The ``redis-server`` command line: loopback only, append-only file for durability, no RDB."""
+def redis_command(binary: Path, *, endpoint: Endpoint, layout: StackLayout, maxmemory_mb: int = 0) -> list[str]:
+    """The ``redis-server`` command line: loopback only, append-only file for durability, no RDB, and (with
+    ``maxmemory_mb``) a memory limit at which writes are refused rather than anything evicted."""
+    limit = ["--maxmemory", f"{maxmemory_mb}mb"] if maxmemory_mb > 0 else []
     return [
         str(binary),
         "--bind", endpoint.host,
@@ -62,8 +64,10 @@ def redis_command(binary: Path, *, endpoint: Endpoint, layout: StackLayout) -> l
         "--daemonize", "yes",
         "--pidfile", str(layout.redis_pidfile),
         "--logfile", str(layout.log_file(NAME)),
-        # The broker must never evict a queued message to make room.
+        # The broker must never evict a queued message to make room: at maxmemory it refuses writes (publishers
+        # get an error and keep their events) rather than grow until the OOM killer ends it.
         "--maxmemory-policy", "noeviction",
+        *limit,
     ]  # fmt: skip
 
 
@@ -104,9 +108,10 @@ def running_redis(*, endpoint: Endpoint, layout: StackLayout) -> ComponentState 
     return ComponentState.adopt(pid, log=layout.log_file(NAME), cmdline_marks=cmdline_marks(endpoint))
 
 
-def start_redis(*, endpoint: Endpoint, layout: StackLayout, password: str | None = None) -> ComponentState:
-    """Start the daemon (requiring ``password`` when given) and return its recorded state once its pidfile
-    names a live process."""
+def start_redis(*, endpoint: Endpoint, layout: StackLayout, password: str | None = None,
+                maxmemory_mb: int = 0) -> ComponentState:
+    """Start the daemon (requiring ``password`` when given, refusing writes past ``maxmemory_mb``) and return
+    its recorded state once its pidfile names a live process."""
     log = layout.log_file(NAME)
     if processes.port_in_use(endpoint.host, endpoint.port):
         raise StackError(
@@ -115,7 +120,7 @@ def start_redis(*, endpoint: Endpoint, layout: StackLayout, password: str | None
         )
     layout.redis_pidfile.unlink(missing_ok=True)  # a stale one would be mistaken for the new daemon
     # The trailing "-" makes redis-server read more configuration from stdin (the password, if any).
-    command = [*redis_command(redis_server_binary(), endpoint=endpoint, layout=layout), "-"]
+    command = [*redis_command(redis_server_binary(), endpoint=endpoint, layout=layout, maxmemory_mb=maxmemory_mb), "-"]
     # With --daemonize the launched process forks the server and exits at once.
     result = subprocess.run(command, input=config_text(password), capture_output=True, text=True, check=False)
     if result.returncode != 0:

@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any, NoReturn
 
 from celery import Celery, Task
-from celery.exceptions import Reject
+from celery.exceptions import Reject, TimeLimitExceeded
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from shardfuse.pipeline.admin.dead_letters import record_dead_letter
@@ -24,6 +24,7 @@ from shardfuse.workers.names import TASK_QUEUES
 from shardfuse.workers.names import Task as TaskName
 from shardfuse.workers.runtime import WorkerRuntime
 from shardfuse.workers.tasks.settlement import Verdict, retry_countdown, settle, verdict
+from shardfuse.workers.tasks.strikes import MAX_STRIKES, HardLimitStrikes, HardTimeLimitError, message_items_of
 
 log = logging.getLogger(__name__)
 # A message whose failures could not be recorded waits this long before it goes back on its queue.
@@ -73,6 +74,9 @@ class PipelineTask(Task):  # type: ignore[misc]
         dead-letter it when the retry budget is spent (:func:`~shardfuse.workers.tasks.settlement.verdict`).
         A retry re-publishes the message before the original is acknowledged, so nothing is lost between.
         """
+        (struck,) = self._struck_out([payload])
+        if struck is not None:
+            return self._settled(partial(self._dead_letter, payload, struck))
         try:
             return work()
         except Exception as exc:  # noqa: BLE001 - settled by its verdict
@@ -93,17 +97,24 @@ class PipelineTask(Task):  # type: ignore[misc]
 
         If settling itself fails (the dead-letter table or the broker is unreachable), the whole message
         goes back on its queue: every item is idempotent, so the ones already done are no-ops next time.
+        An item that was in :data:`~shardfuse.workers.tasks.strikes.MAX_STRIKES` runs the hard time limit
+        killed is not run again: it is dead-lettered with that reason.
         """
+        verdicts = self._struck_out(items)
+        struck = [(item, error) for item, error in zip(items, verdicts, strict=True) if error is not None]
+        runnable = [item for item, error in zip(items, verdicts, strict=True) if error is None]
         try:
-            summary, failures = work(items)
+            summary, failures = work(runnable) if runnable else ({}, [])
         except Exception as whole:  # noqa: BLE001 - settled per item below
-            summary, failures = {}, [(item, whole) for item in items]
+            summary, failures = {}, [(item, whole) for item in runnable]
+        failures = [*struck, *failures]
         return self._settled(lambda: summary | self._settle_each(key, len(items), failures, carry or {}))
 
     def refuse_malformed(self, arguments: dict[str, Any], unknown: dict[str, Any], *,
-                         lists: Sequence[str]) -> dict[str, Any] | None:
+                         lists: Sequence[str] = (), shard: str | None = None) -> dict[str, Any] | None:
         """Dead-letter, whole and at once, a message that is not what the task takes: an argument it does
-        not know (``unknown``), or one of ``lists`` that is not a list. None when the message is fine.
+        not know (``unknown``), one of ``lists`` that is not a list, or an argument named ``shard`` that is no
+        shard number of this deployment. None when the message is fine.
 
         Such a message would otherwise fail in Celery's call of the task, before any of our code runs, and
         be acknowledged with its failure recorded nowhere.
@@ -111,10 +122,39 @@ class PipelineTask(Task):  # type: ignore[misc]
         problems = [f"unknown argument(s) {', '.join(sorted(unknown))}"] if unknown else []
         problems += [f"{name} must be a list, got {type(arguments[name]).__name__}" for name in lists
                      if arguments.get(name) is not None and not isinstance(arguments[name], list)]
+        if shard is not None:
+            value, shards = arguments.get(shard), self.runtime.settings.shards
+            if type(value) is not int or not 0 <= value < shards:
+                problems.append(f"{shard} must be a shard number from 0 to {shards - 1}, got {value!r}"[:300])
         if not problems:
             return None
         error = InvalidEventError(f"malformed {self.name} message: {'; '.join(problems)}")
         return self._settled(partial(self._dead_letter, {**arguments, **unknown}, error))
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        """Celery's failure hook. A kill by the hard time limit is reported here, in the worker's main process,
+        before the message goes back on its queue (``task_acks_on_timeout=False``): count it as a strike."""
+        if not isinstance(exc, TimeLimitExceeded):
+            return
+        try:
+            strikes = HardLimitStrikes(self.runtime.redis).record(message_items_of(kwargs))
+        except TransientError as error:
+            log.error("%s[%s] was killed by its hard time limit and goes back on its queue; its strike could not "
+                      "be recorded: %s", self.name, task_id, error)
+            return
+        log.error("%s[%s] was killed by its hard time limit (its items' strike %d of %d) and goes back on its "
+                  "queue%s", self.name, task_id, strikes, MAX_STRIKES,
+                  "; next time they are dead-lettered" if strikes >= MAX_STRIKES else "")
+
+    def _struck_out(self, items: Sequence[Any]) -> list[HardTimeLimitError | None]:
+        """For each item, the error to dead-letter it with if runs the hard time limit killed held it too often."""
+        try:
+            counts = HardLimitStrikes(self.runtime.redis).counts(items)
+        except TransientError as exc:  # cannot tell: run them (at worst they earn one more strike)
+            log.warning("%s: cannot read its items' hard time limit strikes: %s", self.name, exc)
+            return [None] * len(items)
+        return [HardTimeLimitError.struck_out(strikes=n, hard_limit_s=self.time_limit) if n >= MAX_STRIKES else None
+                for n in counts]
 
     def _settle_whole(self, payload: dict[str, Any], exc: BaseException) -> dict[str, Any]:
         # A whole message holds no document lease: waiting is retrying.

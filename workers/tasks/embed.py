@@ -33,6 +33,7 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
         runtime = self.runtime
         wait_s = max(1.0, runtime.settings.workers.embed_limits.soft_s - WAIT_MARGIN_S)
         done = embed_message(items, leases=runtime.leases, batcher=runtime.batcher, wait_s=wait_s,
+                             shards=runtime.settings.shards,
                              around=lambda raw: log_context(**item_fields(raw)))
         self.after_commits(done.committed, vector_index=True)
         self.count("indexed", done.indexed)

@@ -18,16 +18,19 @@ from shardfuse.workers.tasks.base import PipelineTask, pipeline_task
 
 
 @pipeline_task(app, Task.BM25_REBUILD)
-def bm25_rebuild(self: PipelineTask, shard: int, merge: bool = False) -> dict[str, Any]:
+def bm25_rebuild(self: PipelineTask, shard: int = -1, merge: bool = False, **unknown: Any) -> dict[str, Any]:
     """Bring a shard's BM25 index up to date: a delta segment of the documents written since its generation
     (``merge=False``, after commits), or a full rebuild into a new generation (``merge=True``, scheduled once
     the delta grew past ``bm25.delta_max_chunks`` or aged past ``bm25.merge_after_s``)."""
+    refused = self.refuse_malformed({"shard": shard, "merge": merge}, unknown, shard="shard")
+    if refused is not None:
+        return refused
 
     def work() -> dict[str, Any]:
         runtime = self.runtime
         indexer = shard_indexer(runtime.settings, shard, store=runtime.stores[shard], freshness=runtime.freshness,
                                 tokenizer=runtime.lexical_tokenizer)
-        update = update_bm25(indexer, claims=runtime.freshness, merge=merge,
+        update = update_bm25(indexer, claims=runtime.freshness, merge=bool(merge),
                              rebuild_debounce_s=runtime.settings.bm25.rebuild_debounce_s)
         if update.merge_in_s is not None:
             self.publish(Task.BM25_REBUILD.value, {"shard": shard, "merge": True}, countdown=update.merge_in_s)
@@ -37,9 +40,12 @@ def bm25_rebuild(self: PipelineTask, shard: int, merge: bool = False) -> dict[st
 
 
 @pipeline_task(app, Task.VECTOR_INDEX_BUILD)
-def vector_index_build(self: PipelineTask, shard: int) -> dict[str, Any]:
+def vector_index_build(self: PipelineTask, shard: int = -1, **unknown: Any) -> dict[str, Any]:
     """Build the HNSW index a bulk load deferred, once the load is over (the queues are empty); until then
     check again every ``vector_index.build_debounce_s``."""
+    refused = self.refuse_malformed({"shard": shard}, unknown, shard="shard")
+    if refused is not None:
+        return refused
 
     def work() -> dict[str, Any]:
         runtime = self.runtime

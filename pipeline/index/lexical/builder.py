@@ -56,6 +56,7 @@ class CatchUp(NamedTuple):
     built_version: int
     docs: int
     masked: int
+    built_snapshot: str = ""  # the snapshot the catch-up read its documents at (manifest.built_snapshot)
 
 
 def build_shard_index(
@@ -72,6 +73,8 @@ def build_shard_index(
     tokenizer: Tokenizer | None = None,
     paths: Sequence[str] | None = None,
     catch_up: Callable[[Path], CatchUp | None] | None = None,
+    built_snapshot: str = "",
+    replace_any: bool = False,
 ) -> ShardManifest:
     """Index ``texts`` (aligned with ``chunk_ids`` and ``zones``) as a new generation of ``shard``.
 
@@ -80,9 +83,12 @@ def build_shard_index(
     never rolls the index back to older content. With ``paths`` (each chunk's document path) the
     generation can take delta segments (``delta.py``); ``catch_up``, called under the shard lock with the
     new generation's directory, may install a delta covering writes that landed during the build, published
-    together with it. Generations older than the newest ``keep_generations``
-    are deleted after publishing; readers that still map them keep working (unlinked files stay readable
-    while mapped), and readers that had not loaded them yet reload the current manifest.
+    together with it. ``built_snapshot`` is the PostgreSQL snapshot the texts were read at (see
+    :class:`ShardManifest`); a catch-up's replaces it. ``replace_any`` publishes even over a higher
+    published version (whose versions came from another database: a restore into a new cluster).
+    Generations older than the newest ``keep_generations`` are deleted after publishing; readers that still
+    map them keep working (unlinked files stay readable while mapped), and readers that had not loaded them
+    yet reload the current manifest.
     """
     if paths is not None and len(paths) != len(chunk_ids):
         raise ValueError(f"paths ({len(paths)}) and chunk_ids ({len(chunk_ids)}) differ in length")
@@ -108,7 +114,10 @@ def build_shard_index(
             current = _current_manifest_for_publish(root, shard)
             # With a catch-up delta, the new generation replaces the published one's delta too.
             floor = (current.generation_version if catch_up is not None else current.built_version) if current else 0
-            if current is not None and floor > built_version:
+            # A manifest whose versions came from Redis's counter is on another scale: never a reason to
+            # keep it over a build that read a PostgreSQL snapshot.
+            comparable = current is not None and not replace_any and (current.tracks_postgres or not built_snapshot)
+            if current is not None and comparable and floor > built_version:
                 logger.info(
                     "shard %d: discarding BM25 build of version %d, version %d is already published",
                     shard,
@@ -137,6 +146,7 @@ def build_shard_index(
                 b=b,
                 vocab_size=vocab_size,
                 tokenizer=tokenizer.name,
+                built_snapshot=caught.built_snapshot if caught else built_snapshot,
             )
             write_manifest(root, manifest)
             collect_garbage(directory, keep_generations=keep_generations, published=generation,

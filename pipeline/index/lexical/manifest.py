@@ -27,9 +27,9 @@ MANIFEST_FORMAT = 1
 class ShardManifest:
     """One published generation of a shard's BM25 index.
 
-    ``built_version`` is an opaque, increasing counter chosen by the caller of the build (e.g. the shard's
-    change counter when the build read its chunks); waiters compare it with their own to know whether the
-    published index already contains their writes. ``doc_count`` counts every chunk, including chunks whose
+    ``built_version`` is an increasing number chosen by the caller of the build (the xmax of the PostgreSQL
+    snapshot the build read its chunks at, :attr:`built_snapshot`): a build never replaces one published
+    at a higher version. ``doc_count`` counts every chunk, including chunks whose
     text has no tokens; ``vocab_size`` counts distinct terms, and is 0 when no bm25s files were written
     (an empty shard, or no chunk has a token).
     """
@@ -46,17 +46,34 @@ class ShardManifest:
     # Manifests written before the field existed were built by the first, simple tokenizer.
     tokenizer: str = "simple-v1"
     # The delta segment over the generation (``delta.py``), "" when none. ``built_version`` then covers the
-    # delta too, so ``built_version >= dirty version`` still means current; ``base_version`` is what the
-    # generation alone covers (-1 in a manifest written before deltas existed: the same as built_version).
+    # delta too; ``base_version`` is what the generation alone covers (-1 in a manifest written before
+    # deltas existed: the same as built_version).
     base_version: int = -1
     delta: str = ""
     delta_docs: int = 0
     delta_masked: int = 0
     delta_created_at: float = 0.0
+    # Where the versions come from: the PostgreSQL snapshot (``xmin:xmax:xip``) the index — generation and
+    # delta — was read at (:mod:`shardfuse.pipeline.index.store.change_log`); ``built_version`` is then that
+    # snapshot's xmax. "" in a manifest written when versions were a Redis counter: that counter could go
+    # backwards and hide documents, so such a manifest is never trusted for a delta (the update merges).
+    built_snapshot: str = ""
+
+    @property
+    def tracks_postgres(self) -> bool:
+        """Whether the shard's changes since this index can be asked of PostgreSQL (:attr:`built_snapshot`)."""
+        return bool(self.built_snapshot)
+
+    @property
+    def identity(self) -> str:
+        """What is published, in one string that changes with every publish: a new generation (numbers
+        restart after a shard's folder is lost, so its build time too) or a new delta over it."""
+        return (f"{self.generation}@{self.created_at!r}:{self.built_version}:{self.delta}"
+                f"@{self.delta_created_at!r}")
 
     @property
     def generation_version(self) -> int:
-        """The dirty version the generation (without its delta) covers."""
+        """The version the generation (without its delta) covers."""
         return self.built_version if self.base_version < 0 else self.base_version
 
     def to_json(self) -> str:
@@ -89,6 +106,7 @@ class ShardManifest:
                 delta_docs=_int(data.get("delta_docs", 0)),
                 delta_masked=_int(data.get("delta_masked", 0)),
                 delta_created_at=_float(data.get("delta_created_at", 0.0)),
+                built_snapshot=_str(data.get("built_snapshot", "")),
             )
         except KeyError as exc:
             raise ValueError(f"manifest lacks field {exc}") from exc

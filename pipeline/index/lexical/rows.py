@@ -1,12 +1,14 @@
 """A shard's chunks as the BM25 builders take them: every chunk (a full build) or those of a few documents
 (a delta), read by :class:`~shardfuse.pipeline.index.store.ShardStore` with each chunk's document path, which a
-generation
-needs to let a delta mask a rewritten document's rows."""
+generation needs to let a delta mask a rewritten document's rows; and which documents changed since a
+snapshot (:mod:`shardfuse.pipeline.index.store.change_log`), which is what a delta reads."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
+
+from shardfuse.pipeline.index.store.change_log import ChangeSet
 
 
 class LexicalRow(NamedTuple):
@@ -43,3 +45,15 @@ def iter_shard_rows(store: Any, *, batch_size: int = 5000) -> Iterator[LexicalRo
 def document_rows(store: Any, keys: Iterable[tuple[str, str]]) -> Rows:
     """The current chunks of the documents ``keys`` (``(zone, path)``; absent ones have none)."""
     return Rows.of(store.lexical_rows_for(keys))
+
+
+def shard_mark(store: Any) -> ChangeSet:
+    """The shard's snapshot of this moment (``ShardStore.change_mark``): what a full build reads from."""
+    mark: ChangeSet = store.change_mark()
+    return mark
+
+
+def shard_changes(store: Any, mark: str) -> ChangeSet:
+    """The documents changed since snapshot ``mark`` (``ShardStore.changes_since``)."""
+    changes: ChangeSet = store.changes_since(mark)
+    return changes

@@ -1,17 +1,22 @@
 """Keeping one shard's BM25 index current: a delta segment per update, a merge (full build) now and then.
 
-:meth:`ShardIndexer.update` runs after commits (debounced): under the shard lock it reads the dirty
-version and the documents written since the published generation (atomically, from Redis), reads their
-current chunks, writes a delta over the generation and publishes it by switching the manifest — the same
-atomic publish as a generation's. Its cost follows the documents written since the last merge, not the
-shard. It falls back to a merge when the generation cannot take a delta (none yet, built before deltas
-existed, empty) or a write could not name its documents. It reports when a merge is due: the delta holds
-more than ``delta_max_chunks`` chunks or a quarter of the generation's, or is older than
-``merge_after_s``.
+Which documents to index comes from PostgreSQL, never from Redis: the manifest records the database snapshot
+the index was read at, and :meth:`ShardIndexer.update` asks the shard for the documents changed since it
+(:mod:`shardfuse.pipeline.index.store.change_log`, one indexed query, returning the snapshot it read at). So
+whatever was lost in between — the bookkeeping after a commit (a crash, a Redis error), Redis's own data (a
+flush, a failover to a replica that lacked the last writes) — the next update finds every committed
+document. Redis only paces updates (:mod:`.freshness`).
 
-:meth:`ShardIndexer.merge` is the full build: the dirty version is read before the snapshot; the new
-generation is published together with a catch-up delta of the writes that landed during the build (built
-under the lock, so no concurrent delta is lost), then Redis forgets the documents the generation holds.
+:meth:`ShardIndexer.update` runs after commits (debounced): under the shard lock it reads the changed
+documents' current chunks, writes a delta over the generation and publishes it by switching the manifest —
+the same atomic publish as a generation's. Its cost follows the documents written since the last merge, not
+the shard. It falls back to a merge when the generation cannot take a delta (none yet, built before deltas
+or before snapshots existed, empty). It reports when a merge is due: the delta holds more than
+``delta_max_chunks`` chunks or a quarter of the generation's, or is older than ``merge_after_s``.
+
+:meth:`ShardIndexer.merge` is the full build: the snapshot is taken before the chunks are read; the new
+generation is published together with a catch-up delta of the documents changed since that snapshot (built
+under the lock, so no concurrent delta is lost).
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ from shardfuse.pipeline.index.lexical.layout import (
     shard_dir,
 )
 from shardfuse.pipeline.index.lexical.manifest import ShardManifest, read_manifest, write_manifest
-from shardfuse.pipeline.index.lexical.rows import Rows, document_rows, iter_shard_rows
+from shardfuse.pipeline.index.lexical.rows import Rows, document_rows, iter_shard_rows, shard_changes, shard_mark
 from shardfuse.pipeline.index.lexical.tokenizer import Tokenizer
+from shardfuse.pipeline.index.store.change_log import ChangeSet
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +90,14 @@ class ShardIndexer:
     # Where rows come from (the shard's tables; tests pass their own).
     all_rows: Callable[[Any], Iterable[tuple[str, str, str, str]]] = iter_shard_rows
     doc_rows: Callable[[Any, Iterable[tuple[str, str]]], Rows] = document_rows
+    # What changed since a snapshot, and the snapshot of now (the shard's documents table; tests pass theirs).
+    changes_since: Callable[[Any, str], ChangeSet] = shard_changes
+    mark_now: Callable[[Any], ChangeSet] = shard_mark
 
     def update(self) -> dict[str, Any]:
         """Make the index current with a delta (or a merge when a delta cannot); see the module docstring."""
         started = time.monotonic()
-        version = self.freshness.begin_rebuild(self.shard)  # frees the flag: later writes schedule again
+        self.freshness.begin_rebuild(self.shard)  # frees the flag: later writes schedule again
         directory = shard_dir(self.root, self.shard)
         directory.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(directory / LOCK_NAME):
@@ -96,45 +105,45 @@ class ShardIndexer:
             reason = self._no_delta(current)
             if reason is None:
                 assert current is not None
-                touched = self.freshness.touched(self.shard, since=current.generation_version)
-                if touched.untracked:
-                    reason = "a write did not name its documents"
-                elif current.built_version >= touched.version:
+                # On top of the published delta, only documents changed since it are read again.
+                changes = self.changes_since(self.store, current.built_snapshot)
+                if changes.version < current.built_version:
+                    # Transaction ids count from the start again in another cluster (a restore into a new
+                    # one): its writes would all look older than the index.
+                    reason = "PostgreSQL's transaction ids went backwards (a restored or replaced database)"
+                elif not changes.keys:
                     return self._result("current", current, started)
                 else:
-                    # On top of the published delta, only documents written since it are read again.
-                    fresh = touched.since(current.built_version) if current.delta else touched.keys
-                    manifest = self._publish_delta(directory, current, touched.version, fresh)
+                    manifest = self._publish_delta(directory, current, changes)
                     return self._result("delta", manifest, started, merge_due=self._merge_due(manifest))
         logger.info("shard %d: BM25 merge instead of a delta: %s", self.shard, reason)
-        return self.merge(version=version)
+        return self.merge()
 
-    def merge(self, *, version: int | None = None) -> dict[str, Any]:
-        """A full build (``version``: the dirty version read before the snapshot; read now when None)."""
+    def merge(self) -> dict[str, Any]:
+        """A full build from a snapshot taken before the chunks are read (so nothing after it is lost)."""
         started = time.monotonic()
-        if version is None:
-            version = self.freshness.dirty_version(self.shard)
+        mark = self.mark_now(self.store)
         rows = Rows.of(self.all_rows(self.store))
         directory = shard_dir(self.root, self.shard)
 
-        def catch_up(generation_dir: Path) -> CatchUp | None:
-            touched = self.freshness.touched(self.shard, since=version)
-            if touched.untracked:
-                return None
-            if not touched.keys:
-                return CatchUp("", touched.version, 0, 0)
-            fresh = self.doc_rows(self.store, touched.keys)
-            name, docs, masked = stage_delta(directory, generation_dir, fresh, touched.keys,
+        def catch_up(generation_dir: Path) -> CatchUp:
+            changes = self.changes_since(self.store, mark.mark)
+            if not changes.keys:
+                return CatchUp("", changes.version, 0, 0, changes.mark)
+            fresh = self.doc_rows(self.store, changes.keys)
+            name, docs, masked = stage_delta(directory, generation_dir, fresh, changes.keys,
                                              tokenizer=self.tokenizer, k1=self.k1, b=self.b)
-            return CatchUp(name, touched.version, docs, masked)
+            return CatchUp(name, changes.version, docs, masked, changes.mark)
 
+        published = self._published()
+        # Transaction ids went backwards (another cluster): the published versions say nothing any more.
+        restored = published is not None and published.tracks_postgres and mark.version < published.built_version
         manifest = build_shard_index(
             self.root, self.shard, chunk_ids=rows.chunk_ids, zones=rows.zones, texts=rows.texts,
-            paths=rows.paths, built_version=version, k1=self.k1, b=self.b,
+            paths=rows.paths, built_version=mark.version, built_snapshot=mark.mark, k1=self.k1, b=self.b,
             keep_generations=self.keep_generations, tokenizer=self.tokenizer, catch_up=catch_up,
+            replace_any=restored,
         )
-        if manifest.generation_version == version:
-            self.freshness.trim(self.shard, upto=version)
         self.freshness.record_build(self.shard, seconds=time.monotonic() - started)
         return self._result("merge", manifest, started)
 
@@ -149,6 +158,8 @@ class ShardIndexer:
         """Why the published generation cannot take a delta (None: it can)."""
         if current is None:
             return "nothing published yet"
+        if not current.tracks_postgres:
+            return "the index predates versions from PostgreSQL"
         if current.tokenizer != self.tokenizer.name:
             return f"built with tokenizer {current.tokenizer!r}"
         if current.vocab_size == 0 or current.doc_count == 0:
@@ -159,13 +170,13 @@ class ShardIndexer:
             return "the generation predates delta segments"
         return None
 
-    def _publish_delta(self, directory: Path, current: ShardManifest, version: int,
-                       keys: list[tuple[str, str]]) -> ShardManifest:
-        rows = self.doc_rows(self.store, keys)
+    def _publish_delta(self, directory: Path, current: ShardManifest, changes: ChangeSet) -> ShardManifest:
+        rows = self.doc_rows(self.store, changes.keys)
         previous = directory / current.delta if current.delta else None
-        name, docs, masked = stage_delta(directory, directory / current.directory, rows, keys,
+        name, docs, masked = stage_delta(directory, directory / current.directory, rows, changes.keys,
                                          tokenizer=self.tokenizer, k1=self.k1, b=self.b, previous=previous)
-        manifest = replace(current, built_version=version, base_version=current.generation_version, delta=name,
+        manifest = replace(current, built_version=max(current.built_version, changes.version),
+                           built_snapshot=changes.mark, base_version=current.generation_version, delta=name,
                            delta_docs=docs, delta_masked=masked, delta_created_at=time.time())
         write_manifest(self.root, manifest)
         collect_garbage(directory, keep_generations=self.keep_generations, published=current.generation,

@@ -9,6 +9,7 @@ from psycopg import sql
 
 from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.index.store import catalog
+from shardfuse.pipeline.index.store.change_log import CHANGE_COLUMN_DDL, CHANGE_INDEX, CHANGE_INDEX_DDL
 from shardfuse.pipeline.index.store.vector_index import BuildSettings, create_index_sql, index_state_ddl, is_deferred
 from shardfuse.pipeline.index.store.vector_types import VectorType, choose, column_type
 
@@ -83,7 +84,13 @@ _ADDED_DOCUMENT_COLUMNS: dict[str, str] = {
     # The highest lease fencing token a write of the document carried (shardfuse.pipeline.coordination.leases); older
     # ones are refused.
     "fence": "ALTER TABLE {schema}.documents ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0",
+    # The transaction that last wrote the document: what the BM25 update asks "changed since" of
+    # (shardfuse.pipeline.index.store.change_log); NULL for rows written before it existed.
+    "change_xid": CHANGE_COLUMN_DDL,
 }
+# Indexes on columns added since, each created only when the catalog lacks it (CREATE INDEX takes a lock
+# that queues writers even when IF NOT EXISTS finds it there).
+_ADDED_INDEXES: dict[str, str] = {CHANGE_INDEX: CHANGE_INDEX_DDL}
 
 _SHARED_DDL = """
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -169,6 +176,9 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
             for column, statement in added.items():
                 if column_typmod(conn, schema, column, table=table) is None:
                     conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
+        for index, statement in _ADDED_INDEXES.items():
+            if conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{index}"',)).fetchone() == (None,):
+                conn.execute(sql.SQL(statement).format(schema=sql.Identifier(schema)))
         conn.execute(index_state_ddl(schema))
         # The HNSW index, unless a bulk load deferred it: then the maintenance task builds it, not start-up.
         if not is_deferred(conn, schema):

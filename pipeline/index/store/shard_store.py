@@ -13,7 +13,8 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from shardfuse.pipeline.config.settings import DEFAULT_MODEL
-from shardfuse.pipeline.index.store import embedding_columns, reads, vector_index, vector_types, writes
+from shardfuse.pipeline.index.store import change_log, embedding_columns, reads, vector_index, vector_types, writes
+from shardfuse.pipeline.index.store.change_log import ChangeSet, Lag
 from shardfuse.pipeline.index.store.changes import ApplyOutcome, DocumentChange
 from shardfuse.pipeline.index.store.connections import pooled_connection, reading_connection
 from shardfuse.pipeline.index.store.filters import ChunkFilter
@@ -169,6 +170,22 @@ class ShardStore:
                 ),
                 ([z for z, _ in pairs], [p for _, p in pairs]),
             ).fetchall()
+
+    # -- what changed (shardfuse.pipeline.index.store.change_log) ----------------------------------------
+    def change_mark(self) -> ChangeSet:
+        """The database's snapshot of this moment: what a full BM25 build reads from."""
+        with self._reading() as conn:
+            return change_log.current_mark(conn)
+
+    def changes_since(self, mark: str) -> ChangeSet:
+        """The documents changed since snapshot ``mark``, with the snapshot they were read in."""
+        with self._reading() as conn:
+            return change_log.changes_since(conn, self._schema, mark)
+
+    def lexical_lag(self, mark: str | None) -> Lag:
+        """How far a BM25 index built at snapshot ``mark`` (None: no usable one) is behind this shard."""
+        with self._reading() as conn:
+            return change_log.lag(conn, self._schema, mark)
 
     def zone_counts(self) -> list[dict[str, Any]]:
         """Per zone: indexed, skipped and deleted documents, and chunks."""

@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from shardfuse.pipeline.config.settings import DEFAULT_MODEL
 from shardfuse.pipeline.index.store import embedding_columns, vector_types
+from shardfuse.pipeline.index.store.change_log import CHANGE_XID
 from shardfuse.pipeline.index.store.changes import ApplyOutcome, DocStatus, DocumentChange
 from shardfuse.pipeline.index.store.rows import CHUNK_COLUMNS, chunk_rows, chunk_types
 
@@ -153,7 +154,10 @@ def _replace(cur: psycopg.Cursor[Any], schema: sql.Identifier, fresh: list[Docum
             schema,
             "UPDATE {s}.documents SET seq = %s, status = %s, content_hash = %s, event_id = %s, "
             "size = %s, mime = %s, reason = %s, chunk_count = %s, token_count = %s, line_count = %s, "
-            "metadata = %s, dropped = %s, fence = greatest(fence, %s), updated_at = now() "
+            "metadata = %s, dropped = %s, fence = greatest(fence, %s), updated_at = now(), "
+            # What the BM25 update finds the document by (change_log.py): in the same transaction, so no
+            # commit can be in PostgreSQL without it.
+            f"change_xid = {CHANGE_XID} "
             "WHERE zone = %s AND path = %s"
         ),
         [

@@ -23,6 +23,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 
+from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.documents import Chunk
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers.base import ChunkBudget, Span
@@ -95,6 +96,8 @@ def materialize(
     newlines = [m.start() for m in _NEWLINE.finditer(text)]
     chunks = []
     for ordinal, span in enumerate(spans):
+        if not ordinal & 0xFF:
+            checkpoint("chunking")
         piece = text[span.start : span.end]
         symbols = span.symbols
         if read_symbols and language is not None and symbols is NO_SYMBOLS:

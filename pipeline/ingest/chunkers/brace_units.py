@@ -7,6 +7,7 @@ import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.ingest.chunkers.code_layout import Layout, SourceLines, Unit, fill
 from shardfuse.pipeline.ingest.symbols import EXTRACTORS
 from shardfuse.pipeline.ingest.symbols.braces import (
@@ -17,6 +18,7 @@ from shardfuse.pipeline.ingest.symbols.braces import (
     Header,
     blank_literal,
 )
+from shardfuse.pipeline.ingest.symbols.header_tails import TailScan
 from shardfuse.pipeline.ingest.symbols.model import Kind
 
 # The brace languages are whatever shardfuse.pipeline.ingest.symbols reads with brace patterns.
@@ -34,6 +36,10 @@ _CONTAINER = re.compile(
 _ATTRIBUTE = re.compile(r"#!?\[.*\]|@[A-Za-z_][\w.]*(?:\(.*\))?|\[[A-Za-z_][\w.]*(?:\(.*\))?\]")
 # Code beyond comments, whitespace and lone braces (the closing brace of a namespace is not code).
 _CODE_CHAR = re.compile(r"[^\s{};]")
+# Definitions nested deeper than this are not split at their members: a definition that deep is split at
+# lines like any other. Real code nests a few levels; a file of ten thousand nested functions would
+# otherwise recurse past Python's limit, and rescan its members once per level.
+MAX_PART_DEPTH = 8
 
 
 def brace_layout(text: str, language: str) -> Layout:
@@ -73,13 +79,14 @@ class _BraceScan:
 
     def layout(self) -> Layout:
         top = [h for h in self.definitions if h.level == 0 and h.paren == 0]
-        units = self._units(top, 0, len(self.text), floor=1)
+        units = self._units(top, 0, len(self.text), floor=1, depth=0)
         inside = [(u.start, u.end) for u in units if u.name]
         definitions = tuple((h.name_at, h.name) for h in self.definitions if _within(inside, h.name_at))
         return Layout(tuple(units), definitions)
 
-    def _units(self, headers: list[_Header], lo: int, hi: int, *, floor: int) -> list[Unit]:
-        """Units of ``[lo, hi)`` with ``headers`` (one nesting level, by name offset) as definitions."""
+    def _units(self, headers: list[_Header], lo: int, hi: int, *, floor: int, depth: int) -> list[Unit]:
+        """Units of ``[lo, hi)`` with ``headers`` (one nesting level, by name offset) as definitions; parts
+        only down to :data:`MAX_PART_DEPTH` levels."""
         definitions: list[Unit] = []
         cursor = lo
         for h in sorted(headers, key=lambda h: h.start):
@@ -97,8 +104,8 @@ class _BraceScan:
                 ]
                 if m.brace == h.brace + 1 and m.paren == h.paren
             ]
-            if members:
-                inner = self._units(members, start, end, floor=self.lines.line_of(h.name_at) + 1)
+            if members and depth < MAX_PART_DEPTH:
+                inner = self._units(members, start, end, floor=self.lines.line_of(h.name_at) + 1, depth=depth + 1)
                 parts = tuple(inner) if any(u.name for u in inner) else ()
             definitions.append(Unit(start, end, h.name, parts=parts))
             cursor = end
@@ -116,8 +123,11 @@ class _BraceScan:
     def _headers(self, headers: tuple[Header, ...]) -> list[_Header]:
         """Every header, filtered as shardfuse.pipeline.ingest.symbols filters them, by position."""
         found: dict[int, _Header] = {}
+        tails = TailScan(self.code)
         for header in headers:
-            for m in header.pattern.finditer(self.code):
+            for k, m in enumerate(header.finditer(self.code, tails=tails)):
+                if not k & 0xFFF:
+                    checkpoint("chunking")
                 name, at = m["name"], m.start("name")
                 if name in NOT_NAMES or at - 1 in found:
                     continue

@@ -41,13 +41,14 @@ differently from the sum of their counts.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers.base import ChunkBudget, Span
 from shardfuse.pipeline.ingest.chunkers.code_units import Layout, Unit, layout, require_language
-from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text
+from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text, newline_offsets
 from shardfuse.pipeline.ingest.symbols import NO_SYMBOLS, ChunkSymbols, Role, extract_symbols
 
 __all__ = ["code_spans"]
@@ -157,9 +158,11 @@ class _Packer:
         self._text = text
         self._counter = counter
         self._max = max_tokens
-        self._starts = [0, *(i + 1 for i in _newlines(text) if i + 1 < len(text))]
+        self._starts = [0, *(i + 1 for i in newline_offsets(text) if i + 1 < len(text))]
         self._prefix = [0]
         for start, end in zip(self._starts, [*self._starts[1:], len(text)], strict=True):
+            if not len(self._prefix) & 0xFFF:
+                checkpoint("chunking")
             self._prefix.append(self._prefix[-1] + counter.count(text[start:end]))
 
     def count(self, start: int, end: int) -> int:
@@ -175,6 +178,8 @@ class _Packer:
         groups: list[_Group] = []
         i = 0
         while i < len(units):
+            if not i & 0xFF:
+                checkpoint("chunking")
             j, total = i + 1, estimates[i]
             while j < len(units) and total + estimates[j] <= self._max:
                 total += estimates[j]
@@ -221,6 +226,7 @@ class _Packer:
         ranges: list[tuple[int, int]] = []
         k = 0
         while k < len(bounds) - 1:
+            checkpoint("chunking")
             if self.estimate(bounds[k], bounds[k + 1]) > self._max:  # one line, counted exactly
                 ranges.extend(self.token_windows(bounds[k], bounds[k + 1]))
                 k += 1
@@ -257,13 +263,6 @@ class _Packer:
     def token_windows(self, start: int, end: int) -> list[tuple[int, int]]:
         chunks = chunk_text(self._text[start:end], counter=self._counter, max_tokens=self._max, overlap_tokens=0)
         return [(start + c.start_char, start + c.end_char) for c in chunks]
-
-
-def _newlines(text: str) -> Iterator[int]:
-    i = text.find("\n")
-    while i != -1:
-        yield i
-        i = text.find("\n", i + 1)
 
 
 def _symbols(text: str, piece: _Piece, units: Layout, language: str) -> ChunkSymbols:

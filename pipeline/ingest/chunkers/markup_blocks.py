@@ -20,11 +20,15 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from shardfuse.pipeline.core.deadline import checkpoint
+from shardfuse.pipeline.ingest.chunkers import html_scan
+
 # Level (1 is highest) and text of a heading; a None text is the title's heading, left out of paths.
+# Long loops check the document's deadline once per this many steps (+1; a power of two minus one).
+_CHECK_EVERY = 0xFFF
 Heading = tuple[int, str | None]
 
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*))?$")
-_ATX_CLOSING = re.compile(r"(?:^|[ \t]+)#+$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 # A paragraph starting like this is a list, quote or table: a "---" below it is a rule, not an underline.
@@ -37,12 +41,6 @@ _HTML_BLOCK_TAGS = (
     "thead|title|tr|ul"
 )
 _HTML_BLOCK_LINE = re.compile(rf"^[ \t]*<(?:{_HTML_BLOCK_TAGS})\b", re.I | re.M)
-# Never cut inside these; headings inside them do not count. Unclosed, they run to the end.
-_HTML_RAW = re.compile(r"<!--.*?(?:-->|\Z)|<(pre|script|style|textarea)\b[^>]*>.*?(?:</\1\s*>|\Z)", re.I | re.S)
-# Bounded, so that many unclosed headings cannot make the scan quadratic.
-_HTML_HEADING = re.compile(r"<h([1-6])\b[^>]*>(.{0,4000}?)</h\1\s*>", re.I | re.S)
-_HTML_TITLE = re.compile(r"<title\b[^>]*>(.{0,4000}?)</title\s*>", re.I | re.S)
-_HTML_TAG = re.compile(r"<[^>]*>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +54,13 @@ class Block:
 
 
 def line_spans(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of every line of ``text[start:end]``, without its ``"\\n"``."""
+    """``(start, end)`` of every line of ``text[start:end]``, without its ``"\\n"``. Checks the current
+    deadline every few thousand lines (:func:`~shardfuse.pipeline.core.deadline.checkpoint`)."""
+    lines = 0
     while start < end:
+        lines += 1
+        if not lines & _CHECK_EVERY:
+            checkpoint("chunking")
         stop = text.find("\n", start, end)
         stop = end if stop == -1 else stop
         yield start, stop
@@ -135,7 +138,19 @@ def _atx_heading(line: str) -> Heading | None:
     atx = _ATX.match(line)
     if atx is None:
         return None
-    return len(atx.group(1)), _ATX_CLOSING.sub("", (atx.group(2) or "").strip()).strip()
+    return len(atx.group(1)), _without_closing_sequence((atx.group(2) or "").strip()).strip()
+
+
+def _without_closing_sequence(heading: str) -> str:
+    """``heading`` without its closing ``#`` run (the whole text, or a run after spaces or tabs), as
+    ``re.sub(r"(?:^|[ \t]+)#+$", "", heading)`` would; linear, where that regex is quadratic in a long run
+    of spaces."""
+    bare = heading.rstrip("#")
+    if bare == heading:
+        return heading
+    if not bare:
+        return ""
+    return bare.rstrip(" \t") if bare[-1] in " \t" else heading
 
 
 def _closing_fence(line: str) -> re.Pattern[str] | None:
@@ -192,7 +207,7 @@ def _rst_title(rows: list[str], i: int) -> tuple[int, str, tuple[str, bool]] | N
 def _parse_html(text: str) -> list[Block]:
     """HTML: blocks start at blank lines and at lines that open a block-level tag; ``<pre>``, ``<script>``,
     ``<style>``, ``<textarea>`` and comments are kept whole. Headings are ``<h1>``..``<h6>``."""
-    raw = [m.span() for m in _HTML_RAW.finditer(text)]
+    raw = html_scan.raw_ranges(text)  # never cut inside these; headings inside them do not count
     raw_starts = [s for s, _ in raw]
     opens = {m.start() for m in _HTML_BLOCK_LINE.finditer(text)}
     spans: list[tuple[int, int]] = []
@@ -207,9 +222,9 @@ def _parse_html(text: str) -> list[Block]:
             spans.append((start, end))
     headings: dict[int, list[Heading]] = {}
     starts = [s for s, _ in spans]
-    for m in _HTML_HEADING.finditer(text):
-        if not _inside(raw, raw_starts, m.start()):
-            headings.setdefault(bisect_right(starts, m.start()) - 1, []).append((int(m.group(1)), html_text(m[2])))
+    for at, level, inner in html_scan.headings(text):
+        if not _inside(raw, raw_starts, at):
+            headings.setdefault(bisect_right(starts, at) - 1, []).append((level, html_text(inner)))
     return [Block(s, e, tuple(headings.get(i, ()))) for i, (s, e) in enumerate(spans)]
 
 
@@ -221,13 +236,13 @@ def _inside(raw: list[tuple[int, int]], raw_starts: list[int], pos: int) -> bool
 
 def html_title(text: str) -> str | None:
     """The text of an HTML document's ``<title>``, if it has one."""
-    tag = _HTML_TITLE.search(text)
-    return html_text(tag.group(1)) if tag else None
+    inner = html_scan.title(text)
+    return None if inner is None else html_text(inner)
 
 
 def html_text(fragment: str) -> str:
     """The text of an HTML fragment: tags dropped, entities decoded, whitespace collapsed."""
-    return " ".join(html.unescape(_HTML_TAG.sub("", fragment)).split())
+    return " ".join(html.unescape(html_scan.strip_tags(fragment)).split())
 
 
 PARSERS: dict[str, Callable[[str], list[Block]]] = {

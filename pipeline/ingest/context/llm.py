@@ -10,22 +10,34 @@ For each :meth:`LlmContextualizer.contexts` call:
 3. A chunk that gets no context (a permanent 4xx, retries spent, an empty answer, the budget exhausted)
    ends as a :class:`ContextOutcome` with ``context=None`` and a short reason, never as an exception: the
    caller indexes it without a context and marks it for a backfill. New contexts go into the cache.
+4. Under the caller's current deadline (:mod:`shardfuse.pipeline.core.deadline`: the ingest stage's
+   per-document deadline), no request waits longer than the deadline leaves, no retry is planned past it,
+   and a request the deadline cut short, or one that would start after it, fails the whole call with
+   :class:`~shardfuse.pipeline.core.errors.DeadlineExceededError` (the document is dead-lettered, its
+   siblings complete); the contexts already answered are cached first, so a retry pays only for the rest.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import SecretStr
 
-from shardfuse.pipeline.core.errors import PermanentError, ShardfuseError, StoreUnavailableError, TransientError
+from shardfuse.pipeline.core import deadline as deadlines
+from shardfuse.pipeline.core.deadline import Deadline
+from shardfuse.pipeline.core.errors import (
+    DeadlineExceededError,
+    PermanentError,
+    ShardfuseError,
+    StoreUnavailableError,
+    TransientError,
+)
 from shardfuse.pipeline.core.http_api import Endpoint, OpenAIApi, call_with_retries, is_rate_limited
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.embed.limiters.backpressure import Outcome
@@ -37,6 +49,7 @@ from shardfuse.pipeline.ingest.context.prompt import (
     document_section,
     estimate_prompt_tokens,
 )
+from shardfuse.pipeline.ingest.context.run_budget import RunBudget as RunBudget  # re-exported
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
@@ -46,6 +59,7 @@ log = logging.getLogger(__name__)
 # The answer's length limit: the prompt asks for 50 to 100 tokens; this leaves room without paying for an essay.
 MAX_ANSWER_TOKENS = 150
 BUDGET_EXHAUSTED = "run token budget exhausted"
+_ASKING = "asking the chat model for its chunks' contexts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,39 +95,6 @@ class BackpressurePort(Protocol):
     def request(self, tokens: int, *, timeout_s: float) -> AbstractContextManager[Any]: ...
 
     def record(self, outcome: Outcome) -> None: ...
-
-
-class RunBudget:
-    """A token budget for one run, shared by every thread that asks the model. Thread-safe.
-
-    :meth:`take` reserves an estimate before a request; a request that does not fit in what is left is
-    refused and reserves nothing, so a smaller one may still fit later.
-    """
-
-    def __init__(self, max_tokens: int) -> None:
-        if max_tokens < 0:
-            raise ValueError(f"max_tokens must not be negative, got {max_tokens}")
-        self._max_tokens = max_tokens
-        self._spent = 0
-        self._lock = threading.Lock()
-
-    @property
-    def spent(self) -> int:
-        with self._lock:
-            return self._spent
-
-    @property
-    def remaining(self) -> int:
-        with self._lock:
-            return self._max_tokens - self._spent
-
-    def take(self, tokens: int) -> bool:
-        """Reserve ``tokens``; False (and nothing reserved) when they do not fit in what is left."""
-        with self._lock:
-            if self._spent + tokens > self._max_tokens:
-                return False
-            self._spent += tokens
-            return True
 
 
 class LlmContextualizer:
@@ -164,7 +145,8 @@ class LlmContextualizer:
         self._api.close()
 
     def contexts(self, document: str, requests: Sequence[ContextRequest], *, doc_hash: str) -> list[ContextOutcome]:
-        """One outcome per request, in order, for the chunks of ``document`` (identified by ``doc_hash``)."""
+        """One outcome per request, in order, for the chunks of ``document`` (identified by ``doc_hash``);
+        :class:`DeadlineExceededError` when the caller's current deadline cut the requests short."""
         texts: dict[str, str] = {}
         for request in requests:
             texts.setdefault(request.chunk_hash, request.chunk_text)  # equal hashes: equal text, asked once
@@ -173,10 +155,13 @@ class LlmContextualizer:
         fresh: dict[str, ContextOutcome] = {}
         if missing:
             section = document_section(document, counter=self._counter, token_budget=self._doc_token_budget)
-            futures = [self._pool.submit(self._context_for, section, h, text) for h, text in missing]
-            fresh = {h: future.result() for (h, _), future in zip(missing, futures, strict=True)}
+            deadline = deadlines.current()  # the request threads do not share this thread's context
+            futures = [self._pool.submit(self._context_for, section, h, text, deadline) for h, text in missing]
+            fresh, overrun = self._gathered([h for h, _ in missing], futures)
             new = {(doc_hash, h): o.context for h, o in fresh.items() if o.context is not None}
             self._store(new)
+            if overrun is not None:
+                raise overrun
             failures = [o for o in fresh.values() if o.context is None]
             if failures:
                 log.warning("no context for %d of %d chunk(s) of document %s (first: %s)",
@@ -185,6 +170,24 @@ class LlmContextualizer:
             ContextOutcome(r.chunk_hash, known[r.chunk_hash], None) if r.chunk_hash in known else fresh[r.chunk_hash]
             for r in requests
         ]
+
+    @staticmethod
+    def _gathered(hashes: list[str], futures: list[Future[ContextOutcome]]
+                  ) -> tuple[dict[str, ContextOutcome], DeadlineExceededError | None]:
+        """The outcomes that came back, and the deadline's error if it cut any request short (the requests
+        not yet started are then cancelled)."""
+        fresh: dict[str, ContextOutcome] = {}
+        overrun: DeadlineExceededError | None = None
+        for chunk_hash, future in zip(hashes, futures, strict=True):
+            if overrun is not None:  # keep what already came back; cancel what has not started
+                if not future.cancel() and future.done() and future.exception() is None:
+                    fresh[chunk_hash] = future.result()
+                continue
+            try:
+                fresh[chunk_hash] = future.result()
+            except DeadlineExceededError as exc:
+                overrun = exc
+        return fresh, overrun
 
     # -- cache ---------------------------------------------------------------------------------------------
     def _cached(self, doc_hash: str, chunk_hashes: list[str]) -> dict[str, str]:
@@ -207,8 +210,11 @@ class LlmContextualizer:
             log.warning("context cache unavailable, writing: %s", exc)
 
     # -- one chunk: budget, retries, backpressure; prepare -> call -> parse -------------------------------
-    def _context_for(self, section: DocumentSection, chunk_hash: str, chunk_text: str) -> ContextOutcome:
-        """The outcome for one chunk; every failure ends here as an outcome."""
+    def _context_for(self, section: DocumentSection, chunk_hash: str, chunk_text: str,
+                     deadline: Deadline | None = None) -> ContextOutcome:
+        """The outcome for one chunk; every failure ends here as an outcome, except the deadline's."""
+        if deadline is not None:
+            deadline.check(_ASKING)
         tokens = estimate_prompt_tokens(section, chunk_text, counter=self._counter)
         if self._budget is not None and not self._budget.take(tokens + MAX_ANSWER_TOKENS):
             return ContextOutcome(chunk_hash, None, BUDGET_EXHAUSTED)
@@ -218,17 +224,19 @@ class LlmContextualizer:
         def attempt() -> str:
             nonlocal attempts
             attempts += 1
-            return self._attempt(messages, tokens)
+            return self._attempt(messages, tokens, deadline)
 
         try:
             context = call_with_retries(
                 attempt,
-                max_retry_s=self._max_retry_s,
+                max_retry_s=self._max_retry_s if deadline is None else min(self._max_retry_s, deadline.remaining_s),
                 on_rate_limited=self._on_rate_limited,
                 sleep=self._sleep,
                 clock=self._clock,
                 provider="chat",
             )
+        except DeadlineExceededError:
+            raise
         except Exception as exc:  # noqa: BLE001 - one chunk's failure is its outcome, not the document's
             reason = str(exc) if isinstance(exc, ShardfuseError) else f"{type(exc).__name__}: {exc}"
             suffix = f" ({attempts} attempts)" if attempts > 1 else ""
@@ -236,13 +244,17 @@ class LlmContextualizer:
             return ContextOutcome(chunk_hash, None, reason + suffix)
         return ContextOutcome(chunk_hash, context, None)
 
-    def _attempt(self, messages: list[ChatCompletionMessageParam], tokens: int) -> str:
+    def _attempt(self, messages: list[ChatCompletionMessageParam], tokens: int, deadline: Deadline | None) -> str:
         backpressure = self._backpressure
-        lease = backpressure.request(tokens, timeout_s=self._timeout_s) if backpressure is not None else nullcontext()
+        timeout_s = self._timeout_s if deadline is None else deadline.timeout_s(self._timeout_s, _ASKING)
+        lease = backpressure.request(tokens, timeout_s=timeout_s) if backpressure is not None else nullcontext()
         with lease:  # the slot is held only around the call, never during a retry's wait
             try:
-                response = self._call(messages)
+                response = self._call(messages, timeout_s=None if deadline is None else deadline.timeout_s(
+                    self._timeout_s, _ASKING))
             except TransientError as exc:
+                if deadline is not None and deadline.expired:  # the deadline cut it short: no retry
+                    raise deadline.error(_ASKING) from exc
                 # A 429 reaches the backpressure through on_rate_limited; a 4xx says nothing about load.
                 if backpressure is not None and not is_rate_limited(exc):
                     backpressure.record(Outcome.failed())
@@ -251,9 +263,9 @@ class LlmContextualizer:
                 backpressure.record(Outcome.success())
         return self._parse(response)
 
-    def _call(self, messages: list[ChatCompletionMessageParam]) -> ChatCompletion:
+    def _call(self, messages: list[ChatCompletionMessageParam], *, timeout_s: float | None = None) -> ChatCompletion:
         return self._api.chat_completion(
-            model=self._model, messages=messages, max_tokens=MAX_ANSWER_TOKENS, temperature=0
+            model=self._model, messages=messages, max_tokens=MAX_ANSWER_TOKENS, temperature=0, timeout_s=timeout_s
         )
 
     def _parse(self, response: ChatCompletion) -> str:

@@ -6,6 +6,7 @@ import re
 
 from shardfuse.pipeline.ingest.symbols.braces import BraceLanguage
 from shardfuse.pipeline.ingest.symbols.braces import header as _h
+from shardfuse.pipeline.ingest.symbols.header_tails import Tail
 from shardfuse.pipeline.ingest.symbols.model import Kind
 
 
@@ -26,7 +27,7 @@ _RUST_LITERALS = _rx(
 )
 _JVM_LITERALS = _rx(_SLASH_COMMENTS + r"|\"\"\"[\s\S]*?(?:\"\"\"|\Z)|@\"(?:\"\"|[^\"])*\"?|" + _QUOTED)
 _C_LITERALS = _rx(
-    _SLASH_COMMENTS + r"|^[ \t]*#(?:\\[\s\S]|[^\n\\])*|\bR\"([^(\s]*)\([\s\S]*?\)\1\"|" + _QUOTED
+    _SLASH_COMMENTS + r"|^[ \t]*#(?:\\[\s\S]|[^\n\\])*|\bR\"([^(\s]*)\([\s\S]*?(?:\)\1\"|\Z)|" + _QUOTED
 )
 
 _ID = r"[A-Za-z_$][\w$]*"
@@ -37,6 +38,12 @@ _PARAMS = r"\((?:[^(){};]|\([^(){};]*\)|\{[^(){};]*\})*\)"
 _TYPE_WORDS = r"(?:[\w$:<>,.?*&~\[\]]+\s++){1,8}[*&]*"
 _RUST_VIS = r"(?:pub(?:\([^)\n]*\))?\s++)?"
 _UPPER = r"_?[A-Z][A-Z0-9_]*"
+# Lower-case modifiers before a keyword (`public static final class`); bounded, like _TYPE_WORDS, so that a
+# run of lower-case words over many lines is not rescanned from each of them.
+_MODIFIERS = r"(?:[a-z]+\s++){0,12}"
+# What may come between a Rust `impl` and its self type, or a C++ `template` and its class (bounded: see
+# _MODIFIERS; real headers are far shorter).
+_SPAN = 256
 
 
 _JS_HEADERS = (
@@ -79,28 +86,30 @@ _RUST_HEADERS = (
     _h(rf"^[ \t]*+{_RUST_VIS}(?:struct|enum|trait|union)\s++(?P<name>[A-Za-z_]\w*)", Kind.TYPE),
     # An impl is named after its self type: `impl<T> fmt::Display for Wrapper<T>` defines Wrapper's methods.
     _h(
-        r"^[ \t]*+(?:unsafe\s++)?impl\b(?:\s*+<[^{;]*?>)?\s++(?:[^{;]*?\s++for\s++)?(?:&\s*+)?(?:dyn\s++)?"
+        rf"^[ \t]*+(?:unsafe\s++)?impl\b(?:\s*+<[^{{;]{{0,{_SPAN}}}?>)?\s++(?:[^{{;]{{0,{_SPAN}}}?\s++for\s++)?"
+        r"(?:&\s*+)?(?:dyn\s++)?"
         r"(?:[A-Za-z_]\w*::)*(?P<name>[A-Za-z_]\w*)",
         Kind.TYPE,
     ),
     _h(rf"^[ \t]*+{_RUST_VIS}type\s++(?P<name>[A-Za-z_]\w*)", Kind.TYPE, statement=True),
-    _h(rf"^[ \t]*+{_RUST_VIS}(?:const|static)\s++(?:mut\s++)?(?P<name>{_UPPER})\s*+:", Kind.CONSTANT, statement=True),
+    _h(rf"^[ \t]*+{_RUST_VIS}(?:const|static)\s++(?:mut\s++)?(?P<name>{_UPPER})\s*+:", Kind.CONSTANT,
+       statement=True),
 )
 
 _JVM_CLASS = _h(
-    rf"^[ \t]*+(?:[a-z]+\s++)*(?:class|interface|enum|struct|record|object|@interface)\s++(?P<name>{_ID})", Kind.TYPE
+    rf"^[ \t]*+{_MODIFIERS}(?:class|interface|enum|struct|record|object|@interface)\s++(?P<name>{_ID})", Kind.TYPE
 )
 _JAVA_HEADERS = (
     _JVM_CLASS,
     # A method: annotations, modifiers and a return type, a name, parameters, `throws`, then a body, a `;`
     # (abstract and interface methods) or `=>` (C# expression bodies).
     _h(
-        rf"^[ \t]*+(?:@\w+(?:\([^()\n]*\))?\s++)*{_TYPE_WORDS}(?P<name>{_ID})\s*+{_PARAMS}"
-        r"(?:[^(){};=]|\([^(){};]*\))*?(?:\{|;|=>)",
+        rf"^[ \t]*+(?:@\w+(?:\([^()\n]*\))?\s++)*+{_TYPE_WORDS}(?P<name>{_ID})\s*+{_PARAMS}",
         Kind.CALLABLE,
+        tail=Tail.BODY_OR_DECLARATION,  # then code up to "{", ";" or "=>"
     ),
     _h(
-        r"^[ \t]*+(?:[a-z]+\s++)*(?:static\s++final|final\s++static|const)\s++[\w<>\[\],.?]+\s++"
+        rf"^[ \t]*+{_MODIFIERS}(?:static\s++final|final\s++static|const)\s++[\w<>\[\],.?]+\s++"
         rf"(?P<name>{_ID})\s*+=(?!=)",
         Kind.CONSTANT,
         statement=True,
@@ -109,7 +118,7 @@ _JAVA_HEADERS = (
 _KOTLIN_HEADERS = (
     _JVM_CLASS,
     _h(
-        rf"^[ \t]*+(?:[a-z]+\s++)*fun\s++(?:<[^>\n]*>\s*+)?(?:[\w.]+\.)?(?P<name>{_ID})",
+        rf"^[ \t]*+{_MODIFIERS}fun\s++(?:<[^>\n]*>\s*+)?(?:[\w.]+\.)?(?P<name>{_ID})",
         Kind.CALLABLE,
     ),
     _h(rf"^[ \t]*+(?:[a-z]+\s++)*const\s++val\s++(?P<name>{_ID})", Kind.CONSTANT, statement=True),
@@ -117,14 +126,15 @@ _KOTLIN_HEADERS = (
 _CPP_HEADERS = (
     # Only definitions with a body: `class Foo;` and `struct foo *f()` are not definitions of Foo/foo.
     _h(
-        r"^[ \t]*+(?:template\s*+<[^;{}]*>\s*+)?(?:typedef\s++)?(?:class|struct|union|enum(?:\s++class)?)\s++"
-        r"(?:[A-Za-z_]\w*\s++)?(?P<name>[A-Za-z_]\w*)(?=\s*+(?:final\s*+)?(?::[^;{}]*)?\{)",
+        rf"^[ \t]*+(?:template\s*+<[^;{{}}]{{0,{_SPAN}}}>\s*+)?(?:typedef\s++)?"
+        r"(?:class|struct|union|enum(?:\s++class)?)\s++(?:[A-Za-z_]\w*\s++)?(?P<name>[A-Za-z_]\w*)",
         Kind.TYPE,
+        tail=Tail.BASES_THEN_BODY,  # followed by `final`, `: bases`, then "{"
     ),
     _h(
-        rf"^[ \t]*+{_TYPE_WORDS}(?:[A-Za-z_]\w*(?:<[^<>;{{}}()]*>)?::)*(?P<name>~?[A-Za-z_]\w*)\s*+{_PARAMS}"
-        r"(?:[^(){};=]|\([^(){};]*\))*?\{",
+        rf"^[ \t]*+{_TYPE_WORDS}(?:[A-Za-z_]\w*(?:<[^<>;{{}}()]*>)?::)*(?P<name>~?[A-Za-z_]\w*)\s*+{_PARAMS}",
         Kind.CALLABLE,
+        tail=Tail.BODY,  # then code up to its body's "{"
     ),
     _h(
         r"^(?:static\s++)?(?:constexpr|const)\s++[\w:<>]+\s++(?P<name>[A-Za-z_]\w*)\s*+(?:\[[^\]]*\])?\s*+=(?!=)",

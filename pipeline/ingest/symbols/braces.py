@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from shardfuse.pipeline.ingest.symbols.header_tails import Tail, TailScan
 from shardfuse.pipeline.ingest.symbols.model import NO_SYMBOLS, ChunkSymbols, Definition, Kind, Role, summarise
 
 
@@ -14,6 +16,22 @@ class Header:
     pattern: re.Pattern[str]
     kind: Kind
     statement: bool  # ends at `;` or a line end (constants, aliases, arrow functions), not a closing brace
+    tail: Tail | None = None  # what must follow ``pattern``'s match (:mod:`.header_tails`)
+
+    def finditer(self, code: str, pos: int = 0, *, tails: TailScan | None = None) -> Iterator[re.Match[str]]:
+        """The matches of the header in ``code`` from ``pos``, as ``finditer`` of the whole pattern (its
+        tail included) would find them; each match object is ``pattern``'s (its groups are the same)."""
+        if self.tail is None:
+            yield from self.pattern.finditer(code, pos)
+            return
+        tails = tails or TailScan(code)
+        while (m := self.pattern.search(code, pos)) is not None:
+            end = tails.end(self.tail, m.end())
+            if end is None:
+                pos = m.start() + 1
+                continue
+            yield m
+            pos = max(end, m.start() + 1)
 
 
 _TOKEN = re.compile(r"=>|[=!<>]=|[{}()\[\];=\n]")
@@ -143,8 +161,9 @@ class BraceLanguage:
         if first_line_end < 0:
             first_line_end = len(code)
         found: dict[int, tuple[int, int, str, Header]] = {}  # by name start: (start, name end, name, header)
+        tails = TailScan(code)
         for header in self.headers:
-            for m in header.pattern.finditer(code, first_line_end):
+            for m in header.finditer(code, first_line_end, tails=tails):
                 name = m["name"]
                 if name in NOT_NAMES or m.start("name") in found:
                     continue
@@ -204,9 +223,9 @@ def _first_line_indented(code: str, start: int) -> bool:
     return False
 
 
-def header(pattern: str, kind: Kind, *, statement: bool = False) -> Header:
+def header(pattern: str, kind: Kind, *, statement: bool = False, tail: Tail | None = None) -> Header:
     """A header pattern, written as if anchored at a line start (``^``). It is compiled to start with a
     literal line end instead, over text that starts with one: a literal prefix lets the regex engine jump
-    from line to line instead of trying the pattern at every character."""
+    from line to line instead of trying the pattern at every character. ``tail``: what must follow it."""
     assert pattern.startswith("^"), pattern
-    return Header(re.compile("\n" + pattern[1:]), kind, statement)
+    return Header(re.compile("\n" + pattern[1:]), kind, statement, tail)

@@ -7,7 +7,8 @@ broker sink in a background thread and flushes again a message the broker refuse
 events: what a user of the publisher would do); :func:`kill_tree` and :func:`restart` (``launcher.up(only=…)``
 with the stack's settings); :func:`drain` (``shardfuse wait``, stricter); :func:`snapshot` and
 :func:`assert_same_as_clean`, which read a zone's rows straight from every shard's ``documents`` and
-``chunks`` with psycopg and compare them exactly with a clean run of the same corpus.
+``chunks`` with psycopg and compare them exactly with a clean run of the same corpus; and
+:func:`assert_both_legs`, which searches for every document on the keyword and the semantic leg.
 
 The broker's visibility timeout is 40 s (task limits lowered with it: the settings require it to exceed
 every hard limit) so that kombu's Redis transport gives back what a killed worker held within a test.
@@ -40,6 +41,7 @@ from shardfuse.workers.publishing import CeleryEventSink
 from shardfuse.workers.stack import processes, up
 from shardfuse.workers.stack.layout import StackLayout
 from tests.integration.conftest import Stack, running_stack
+from tests.integration.faults.both_legs import Expected, LegsReport, assert_found_on_both_legs, unique_word
 
 DOCUMENTS = 2000
 CORPUS_SEED = 6
@@ -59,6 +61,9 @@ FAULT_OVERRIDES: dict[str, str] = {
     "SHARDFUSE_BM25__REBUILD_DEBOUNCE_S": "0.5",
     "SHARDFUSE_VECTOR_INDEX__BUILD_DEBOUNCE_S": "0.5",
     "SHARDFUSE_BROKER__VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
+    # One document's deadline: half the ingest soft limit below, as the defaults have it (60 s of 120 s); the
+    # settings require it under the soft limit.
+    "SHARDFUSE_INGEST__DOCUMENT_DEADLINE_S": "10",
     **{f"SHARDFUSE_WORKERS__{queue}_LIMITS__SOFT_S": str(soft) for queue, (soft, _) in TASK_LIMITS.items()},
     **{f"SHARDFUSE_WORKERS__{queue}_LIMITS__HARD_S": str(hard) for queue, (_, hard) in TASK_LIMITS.items()},
 }
@@ -88,22 +93,25 @@ def own_stack(name: str, extra: dict[str, str] | None = None) -> Iterator[Stack]
 class Doc:
     name: str  # relative path; each run publishes it under a prefix of its own
     data: bytes
+    word: str  # a made-up word in its first sentence that no other document of the corpus contains
 
 
 def make_corpus(n: int = DOCUMENTS, *, seed: int = CORPUS_SEED) -> list[Doc]:
-    """``n`` distinct plain-text documents of 2-4 paragraphs of made-up words, the same for the same seed."""
+    """``n`` distinct plain-text documents of 2-4 paragraphs of made-up words, the same for the same seed. The
+    first sentence of document ``i`` holds its unique word (:func:`unique_word`: consonants only, so none of
+    the syllable words equals it), which the keyword leg of :func:`assert_both_legs` searches for."""
     rng = random.Random(seed)
     words = sorted({"".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 3))) for _ in range(3000)})
     docs = []
     for i in range(n):
-        paragraphs = [f"Document {i} of the fault corpus."]
+        paragraphs = [f"Document {i} of the fault corpus, marked {unique_word(i)}."]
         for p in range(rng.randint(2, 4)):
             sentences = []
             for _ in range(rng.randint(1, 4)):
                 sentence = " ".join(rng.choice(words) for _ in range(rng.randint(4, 10)))
                 sentences.append(sentence.capitalize() + ".")
             paragraphs.append(f"Part {p} of {i}: " + " ".join(sentences))
-        docs.append(Doc(name=f"docs/{i:04d}.txt", data="\n\n".join(paragraphs).encode()))
+        docs.append(Doc(name=f"docs/{i:04d}.txt", data="\n\n".join(paragraphs).encode(), word=unique_word(i)))
     return docs
 
 
@@ -369,6 +377,15 @@ def assert_same_as_clean(fault: ZoneSnapshot, clean: ZoneSnapshot, *, seqs: dict
     assert not differ, f"chunk counts (fault, clean) differ: {dict(list(differ.items())[:10])}"
     assert fault.chunk_total == clean.chunk_total
     assert fault.dead_letters == 0 and clean.dead_letters == 0, (fault.dead_letters, clean.dead_letters)
+
+
+def assert_both_legs(stack: Stack, zone: str, corpus: list[Doc], *, prefix: str) -> LegsReport:
+    """Every document of ``corpus`` published into ``zone`` under ``prefix/`` is found by search on both legs:
+    its unique word by the keyword leg (the published BM25 index), its first chunk by the semantic leg
+    (:mod:`tests.integration.faults.both_legs`). Fails naming each miss, its shard and leg; call it after
+    :func:`drain`, which waits until every shard's BM25 index is current."""
+    expected = [Expected(path=f"{prefix}/{doc.name}", word=doc.word) for doc in corpus]
+    return assert_found_on_both_legs(stack.settings, zone, expected)
 
 
 def wait_for_documents(settings: Settings, zone: str, *, count: int, timeout: float) -> None:

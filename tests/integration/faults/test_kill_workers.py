@@ -6,7 +6,9 @@ stays unacknowledged past the visibility timeout, a dead-worker release does it 
 harmless (chunk ids and the version rule make every task idempotent). After the pools are restarted with
 ``launcher.up(only=…)``, every one of the 2,000 documents is indexed exactly once, at the seq it was
 published with, with the same per-path chunk counts, total and statuses as a clean run of the same corpus,
-no duplicate ``(zone, path, ordinal)`` or chunk id, and nothing dead-lettered.
+no duplicate ``(zone, path, ordinal)`` or chunk id, and nothing dead-lettered; and search finds every one on
+both legs (its unique word by keyword, its text by semantic search: ``assert_both_legs``). The kill at the
+exact instant between a commit and its BM25 bookkeeping is ``test_kill_after_commit.py``.
 
 What it catches: a message lost in the hand-over from the broker to the worker. kombu's own Redis
 transport takes a message off its list with BRPOP and only then, in the worker, records it in ``unacked``;
@@ -36,6 +38,7 @@ from tests.integration.faults.conftest import (
     Doc,
     StreamPublisher,
     ZoneSnapshot,
+    assert_both_legs,
     assert_same_as_clean,
     drain,
     kill_tree,
@@ -108,4 +111,5 @@ def test_sigkilled_ingest_and_embed_pools_lose_and_duplicate_nothing(
           f"(clean {clean.summary()}); publisher messages with missing documents: {lost or 'none'}; "
           f"{time.monotonic() - started:.1f} s")
     assert_same_as_clean(snap, clean, seqs=publisher.seqs)
+    assert_both_legs(stack, zone, corpus, prefix=prefix)
     assert len(killed_ingest) >= 2, "the ingest pool's children were not collected"

@@ -10,7 +10,8 @@ What it proves:
   embedding cache, shard transaction) failed as a retryable ``StoreUnavailableError``, was retried with
   backoff and completed once the server was back; worker pools recover their connection pools by
   themselves. The zone then holds exactly what a clean run holds (every document once at its published
-  seq, same per-path chunk counts and total, no duplicate, no dead letter).
+  seq, same per-path chunk counts and total, no duplicate, no dead letter), and search finds every
+  document on both legs (its unique word by keyword, its text by semantic search).
 - ``test_dead_letter_recorded_during_an_outage_is_not_lost``: an event that must be dead-lettered (its
   content hash is malformed: a permanent error, dead-lettered at once) arriving while PostgreSQL is down
   ends up recorded exactly once after the server is back, rather than being acknowledged with its failure
@@ -35,6 +36,7 @@ from tests.integration.conftest import Stack
 from tests.integration.faults.conftest import (
     Doc,
     StreamPublisher,
+    assert_both_legs,
     assert_same_as_clean,
     drain,
     make_corpus,
@@ -113,6 +115,7 @@ def test_postgres_outage_mid_stream_loses_nothing(stack: Stack) -> None:
           f"{fault.summary()} (clean {clean.summary()}); "
           f"{time.monotonic() - started:.1f} s")
     assert_same_as_clean(fault, clean, seqs=publisher.seqs)
+    assert_both_legs(stack, "pg-stop", corpus, prefix="pgstop")
 
 
 @pytest.mark.integration

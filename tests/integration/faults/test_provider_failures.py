@@ -11,7 +11,9 @@ What it proves: a 429 or 500 fails only its request, which the embedding stage r
 shorter than ``Retry-After``, the AIMD limit halving on 429s); what still fails fails only its documents,
 whose tasks retry. Every document completes: the zone holds exactly what the clean zone holds (every
 document once at its published seq, same per-path chunk counts and total, no duplicate ordinal or chunk id,
-no dead letter), and every one of its chunks really went through the failing provider.
+no dead letter), every one of its chunks really went through the failing provider, and search finds every
+document on both legs (its unique word by keyword, its text by semantic search, with the provider's faults
+turned off for the queries).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pytest
 from tests.integration.conftest import Stack
 from tests.integration.faults.conftest import (
     StreamPublisher,
+    assert_both_legs,
     assert_same_as_clean,
     drain,
     make_corpus,
@@ -106,5 +109,9 @@ def test_a_fifth_of_provider_requests_failing_loses_nothing(stack: Stack, provid
           f"BM25 rebuilds re-sent by the maintenance worker: {rebuilds_resent(stack)}; "
           f"{fault.summary()} (clean {clean.summary()}); {time.monotonic() - started:.1f} s")
     assert_same_as_clean(fault, clean, seqs=publisher.seqs)
+    # Search embeds its queries through the same provider: its faults are turned off first, so that a miss
+    # says what the index holds, not that a query's embedding request failed.
+    provider.error_rate_429 = provider.error_rate_5xx = 0.0
+    assert_both_legs(stack, "provider-faults", corpus, prefix="faulty")
     assert provider.refused.get(429, 0) > 0 and provider.refused.get(500, 0) > 0, provider.refused
     assert embedded >= fault.chunk_total  # the embedding cache answered for none of them

@@ -10,7 +10,8 @@ and publishes them once it is back (the test flushes again, as a user of the pub
 keeps a refused message's events for the next flush, and the test counts the refusals; nothing is sent
 twice by the publisher). Afterwards the zone holds exactly what a clean run of the same corpus holds: every
 document once, at its published seq, same per-path chunk counts and total, no duplicate ordinal or chunk
-id, no dead letter. A worker pool that exits instead of reconnecting fails the test (after the counts are
+id, no dead letter; and search finds every document on both legs (its unique word by keyword, its text by
+semantic search). A worker pool that exits instead of reconnecting fails the test (after the counts are
 checked, the pool being restarted first as an operator would).
 
 What it catches (each seen here before its fix): Celery/kombu 5.7 prefork pools that died with
@@ -38,6 +39,7 @@ from tests.integration.faults.conftest import (
     Doc,
     StreamPublisher,
     ZoneSnapshot,
+    assert_both_legs,
     assert_same_as_clean,
     dead_components,
     drain,
@@ -98,4 +100,5 @@ def test_broker_restart_mid_stream_loses_nothing(stack: Stack) -> None:
           f"{rebuilds_resent(stack)}; "
           f"{fault.summary()} (clean {clean.summary()}); {time.monotonic() - started:.1f} s")
     assert_same_as_clean(fault, clean, seqs=publisher.seqs)
+    assert_both_legs(stack, "redis-restart", corpus, prefix="restart")
     assert not crashed, f"{crashed} exited on the broker restart instead of reconnecting (see their logs)"

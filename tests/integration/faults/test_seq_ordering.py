@@ -13,12 +13,17 @@ What it proves (the version rule: last writer by ``seq`` wins, deletes leave a t
 - write 1, delete 2, write 3, shuffled: the document ends indexed with version 3;
 - in order: a delete, then an older write delivered after it: still deleted; a write, a delete, then a
   newer write: indexed again with the newer text (a tombstone does not block a newer write).
+
+And search agrees with the rows: every surviving document's final version is found on both legs (its
+version's unique word by the keyword leg, its text by the semantic leg), while the word of every
+overwritten or deleted version finds nothing.
 """
 
 from __future__ import annotations
 
 import random
 import uuid
+import zlib
 from dataclasses import dataclass
 
 import psycopg
@@ -30,6 +35,7 @@ from shardfuse.pipeline.core.sharding import shard_for
 from shardfuse.pipeline.storage.cas import LocalContentStore
 from shardfuse.workers.publishing import CeleryEventSink
 from tests.integration.conftest import Stack
+from tests.integration.faults.both_legs import Expected, assert_found_on_both_legs, unique_word
 from tests.integration.faults.conftest import drain
 
 SEED = 10
@@ -43,8 +49,17 @@ class Step:
     delete: bool = False
 
     @property
+    def word(self) -> str:
+        """A word only this version of this path contains (what the keyword leg searches for)."""
+        return unique_word(zlib.crc32(f"{self.path}@{self.seq}".encode()))
+
+    @property
     def text(self) -> bytes:
-        return f"{self.path} version {self.seq}: the ordering quetzal says {self.seq * 7919}.".encode()
+        return f"{self.path} version {self.seq}: the ordering quetzal says {self.seq * 7919}, {self.word}.".encode()
+
+    @property
+    def found(self) -> Expected:
+        return Expected(path=self.path, word=self.word)
 
 
 def _publish(stack: Stack, zone: str, steps: list[Step]) -> dict[tuple[str, int], str]:
@@ -111,6 +126,10 @@ def test_shuffled_versions_of_several_paths_end_at_the_highest_seq(stack: Stack)
         _assert_deleted_at(stack, zone, path, VERSIONS)
     for path in revived:
         _assert_indexed_at(stack, zone, path, 3, hashes)
+    final = [Step(path, VERSIONS) for path in latest] + [Step(path, 3) for path in revived]
+    gone = [step.word for step in steps if step not in final]
+    assert len({step.word for step in steps}) == len(steps)  # every version's word is its own
+    assert_found_on_both_legs(stack.settings, zone, [step.found for step in final], absent=gone)
 
 
 @pytest.mark.integration
@@ -128,3 +147,5 @@ def test_a_tombstone_refuses_an_older_write_and_yields_to_a_newer_one(stack: Sta
             _assert_deleted_at(stack, zone, "back.txt", 2)
     _assert_deleted_at(stack, zone, "kept-dead.txt", 20)
     _assert_indexed_at(stack, zone, "back.txt", 3, hashes)
+    gone = [Step(path, seq).word for path, seq in (("kept-dead.txt", 5), ("kept-dead.txt", 15), ("back.txt", 1))]
+    assert_found_on_both_legs(stack.settings, zone, [Step("back.txt", 3).found], absent=gone)

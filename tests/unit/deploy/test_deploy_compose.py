@@ -22,6 +22,7 @@ import yaml
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers.names import Queue
+from tests.support import redis_memory
 from tests.support.deployment import QUEUES, check_config_file, check_env, cli_check, hard_limit_s
 from tests.support.paths import REPO
 
@@ -239,6 +240,20 @@ def test_redis_is_durable_password_protected_and_checked(compose: dict[str, Any]
     assert "--appendonly yes" in command and "--requirepass" in command
     assert "redis-cli" in " ".join(redis["healthcheck"]["test"]) and "ping" in " ".join(redis["healthcheck"]["test"])
     assert any(target == "/data" and is_named_volume(source) for source, target, _ in volume_mounts(redis))
+
+
+def test_redis_refuses_writes_below_its_memory_limit_and_caches_fit_in_it(
+    compose: dict[str, Any], compose_settings: Settings
+) -> None:
+    """At maxmemory Redis refuses writes (noeviction: no queued message is evicted) before the container's
+    limit is reached (the OOM killer would lose acknowledged writes), and the caches at their bounds take
+    only a share of it (docs/operations.md, "Memory budget")."""
+    redis = compose["services"]["redis"]
+    options = redis_memory.redis_options(" ".join(redis["command"]).split())
+    assert options["maxmemory-policy"] == "noeviction"
+    maxmemory = redis_memory.redis_bytes(options["maxmemory"])
+    assert maxmemory <= redis_memory.MAXMEMORY_SHARE * redis_memory.docker_bytes(redis["mem_limit"])
+    assert redis_memory.cache_bound_bytes(compose_settings) <= redis_memory.CACHE_SHARE * maxmemory
 
 
 def test_postgres_has_pgvector_a_volume_a_check_and_the_extension(compose: dict[str, Any]) -> None:

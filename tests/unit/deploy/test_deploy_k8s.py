@@ -20,6 +20,7 @@ from shardfuse.pipeline.config.settings import CONFIG_ENV
 from shardfuse.workers.names import Queue
 from shardfuse.workers.stack.celery_processes import CONCURRENCY
 from tests.support import k8s_objects as k8s
+from tests.support import redis_memory
 from tests.support.deployment import POOLS, check_config_file, check_env, cli_check, hard_limit_s
 from tests.support.k8s_schemas import schema_errors
 from tests.support.kustomize import KustomizeError, content_hash, render
@@ -117,6 +118,25 @@ def test_clients_reach_the_stores_with_their_passwords(overlay: str) -> None:
                 ordinal = int(pod.rsplit("-", 1)[1])
                 assert pod == f"{store['metadata']['name']}-{ordinal}", f"{overlay}: {host}"
                 assert ordinal < store["spec"].get("replicas", 1), f"{overlay}: {host} names a pod that does not run"
+
+
+@overlays
+def test_redis_refuses_writes_below_its_memory_limit_and_caches_fit_in_it(overlay: str) -> None:
+    """At maxmemory Redis refuses writes (noeviction) before the pod's memory limit (the OOM killer would lose
+    acknowledged writes); every shardfuse container's caches at their bounds take only a share of it."""
+    items = k8s.objects(overlay)
+    stores = [s for s in k8s.of_kind(items, "StatefulSet") if s["metadata"]["name"] == "redis"]
+    if not stores:
+        return  # an overlay on a managed Redis: its maxmemory is the provider's (docs/operations.md)
+    (container,) = k8s.containers(k8s.pod_spec(stores[0]))
+    options = redis_memory.redis_options(container["args"])
+    assert options["maxmemory-policy"] == "noeviction"
+    maxmemory = redis_memory.redis_bytes(options["maxmemory"])
+    limit = redis_memory.k8s_bytes(container["resources"]["limits"]["memory"])
+    assert maxmemory <= redis_memory.MAXMEMORY_SHARE * limit
+    for _workload, shardfuse in k8s.shardfuse_containers(items):
+        assert redis_memory.cache_bound_bytes(k8s.container_settings(shardfuse)) <= (
+            redis_memory.CACHE_SHARE * maxmemory)
 
 
 @overlays

@@ -145,8 +145,8 @@ class IndexedShard:
     def generation(self) -> int | None:
         return self._lexical.generation
 
-    def current_generation(self) -> int | None:
-        return 1
+    def current_index(self) -> str | None:
+        return "1"
 
 
 @pytest.fixture

@@ -18,14 +18,15 @@ class VersionedShard(FakeShard):
     def __init__(self) -> None:
         super().__init__(0, keyword=[LegHit("a", 1.0)], vector=[], records={"a": "a.py"})
         self.generation_number = 1
+        self.delta = ""
         self.searches = 0
 
     def keyword(self, *args: object, **kwargs: object) -> list[LegHit]:
         self.searches += 1
         return super().keyword(*args, **kwargs)  # type: ignore[arg-type]
 
-    def current_generation(self) -> int | None:
-        return self.generation_number
+    def current_index(self) -> str | None:
+        return f"{self.generation_number}:{self.delta}"
 
 
 def test_cached_until_a_write_or_a_rebuild_changes_the_shards() -> None:
@@ -41,14 +42,17 @@ def test_cached_until_a_write_or_a_rebuild_changes_the_shards() -> None:
     assert service.search(request)["cache"] == "miss" and shard.searches == 2
     shard.generation_number = 2  # a rebuild published
     assert service.search(request)["cache"] == "miss" and shard.searches == 3
+    shard.delta = "delta_1"  # the write's delta published: same generation, same write version
+    assert service.search(request)["cache"] == "miss" and shard.searches == 4
+    assert service.search(request)["cache"] == "hit" and shard.searches == 4
     uncached = SearchRequest(query="q", zone="z", mode=Mode.KEYWORD, cache=False)
-    assert service.search(uncached).get("cache") is None and shard.searches == 4
+    assert service.search(uncached).get("cache") is None and shard.searches == 5
     other = SearchRequest(query="q", zone="z", mode=Mode.KEYWORD, path_prefix="src/")
     assert service.search(other)["cache"] == "miss"  # filters are part of the key
 
 
 def test_keys_separate_zones_and_parameters() -> None:
-    state = [(1, 1)]
+    state: list[tuple[int, str | None]] = [(1, "1")]
     base = SearchRequest(query="q", zone="a")
     assert cache_key(base, shard_state=state) == cache_key(SearchRequest(query="q", zone="a"), shard_state=state)
     assert cache_key(base, shard_state=state) != cache_key(SearchRequest(query="q", zone="b"), shard_state=state)
@@ -68,7 +72,7 @@ def test_other_query_settings_give_other_keys() -> None:
     from shardfuse.pipeline.config.settings import BoostSettings
     from shardfuse.query.result_cache import settings_fingerprint
 
-    request, state = SearchRequest(query="q", zone="a"), [(1, 1)]
+    request, state = SearchRequest(query="q", zone="a"), [(1, "1")]
     default = settings_fingerprint(QuerySettings())
     assert default == settings_fingerprint(QuerySettings())
     unboosted = settings_fingerprint(QuerySettings(boosts=BoostSettings(enabled=False)))

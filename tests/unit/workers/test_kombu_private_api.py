@@ -37,6 +37,11 @@ CALLED = "called by shardfuse.workers.broker.transport: check it still does what
 DRIVES = ("kombu's poller drives the receive through it (_in_poll, _brpop_sent_at, _brpop_start): check our "
           "BLMOVE receive (transport.Channel._brpop_start/_brpop_read) still fits")
 RESTORE = "called by shardfuse.workers.runtime (dead-worker redelivery): check it still restores by delivery tag"
+SENTINEL = ("mixed into transport.SentinelChannel under our Channel: check the Sentinel master's pool still reaches "
+            "our BLMOVE receive (self.client / self.pool)")
+TLS = ("turns a rediss:// URL's ssl_* parameters into Connection.ssl, which transport.TlsChannel keeps (and "
+       "defaults to verified TLS when there are none)")
+SET_ASIDE = "called by transport.Channel._set_aside to forget a message refused after kombu recorded it"
 
 # "module:qualified.name" -> (signature, sha256 of the source's first 16 hex digits, what to re-check)
 RECORDED: dict[str, tuple[str, str, str]] = {
@@ -65,6 +70,11 @@ RECORDED: dict[str, tuple[str, str, str]] = {
     "kombu.transport.virtual.base:Message.__init__": ("(self, payload, channel=None, **kwargs)", "c90d08ccfa2e3e9a",
                                                       "sets message._raw, which transport.QoS.append records"),
     "kombu.transport.virtual.base:Transport._deliver": ("(self, message, queue)", "799e242f3ec53863", CALLED),
+    "kombu.transport.virtual.base:QoS.ack": ("(self, delivery_tag)", "0714292b916fecb2", SET_ASIDE),
+    "kombu.transport.redis:SentinelChannel._get_pool": ("(self, asynchronous=False)", "6abc6e5c81e1880c", SENTINEL),
+    "kombu.transport.redis:SentinelChannel._sentinel_managed_pool": ("(self, asynchronous=False)",
+                                                                     "bde54a2d6e93ac13", SENTINEL),
+    "kombu.utils.url:parse_url": ("(url)", "e01611c7c7ad15ec", TLS),
 }
 
 # Class attributes our code reads, sets or mirrors, with the values it assumes.
@@ -159,11 +169,16 @@ def test_every_kombu_name_our_transport_shadows_is_recorded() -> None:
 
     recorded = {target.partition(":")[2] for target in (*RECORDED, *ATTRIBUTES)}
     pairs = [(transport.QoS, kombu_redis.QoS), (transport.Channel, kombu_redis.Channel),
-             (transport.Transport, kombu_redis.Transport)]
-    shadowed = {f"{ours.__name__}.{name}" for ours, theirs in pairs for name in vars(ours)
+             (transport.Transport, kombu_redis.Transport), (transport.TlsChannel, kombu_redis.Channel),
+             (transport.TlsTransport, kombu_redis.Transport),
+             (transport.SentinelChannel, kombu_redis.SentinelChannel),
+             (transport.SentinelTransport, kombu_redis.SentinelTransport)]
+    shadowed = {f"{theirs.__name__}.{name}" for ours, theirs in pairs for name in vars(ours)
                 if hasattr(theirs, name) and not (name.startswith("__") and name != "__init__")}
-    # Our classes plugged into kombu's: the point of subclassing, not a private API.
-    shadowed -= {"Channel.QoS", "Transport.Channel"}
+    # Our classes plugged into kombu's: the point of subclassing, not a private API. kombu's transport options
+    # are extended (max_message_bytes), never replaced.
+    shadowed -= {"Channel.QoS", "Transport.Channel", "SentinelTransport.Channel", "Channel.from_transport_options",
+                 "SentinelChannel.from_transport_options"}
     assert shadowed <= recorded, f"record kombu's {sorted(shadowed - recorded)} in this module (see its docstring)"
 
 

@@ -4,10 +4,13 @@ releasing them goes through the restore callback once, under one reaper at a tim
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 
 import fakeredis
 import pytest
 
+from shardfuse.pipeline.coordination.liveness import alive_key
 from shardfuse.workers.broker.redelivery import (
     CLAIMANTS_KEY,
     CLAIMS_PREFIX,
@@ -74,3 +77,44 @@ def test_the_watch_claims_what_its_worker_holds_and_restores_the_rest(client: fa
     watch.beat()
     assert restored == ["lost"]
     assert claimed_tags(client) == {"mine"}
+
+
+def _until(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_watch_started_before_redis_answers_starts_watching_when_it_does() -> None:
+    server = fakeredis.FakeServer()
+    server.connected = False  # the broker is not up yet
+    client = fakeredis.FakeRedis(server=server)
+    restored: list[str] = []
+    watch = DeliveryWatch(client, interval_s=0.05, dead_after_s=1, restore=restored.append, tags=lambda: {"mine"})
+    try:
+        assert watch.start() is watch  # no exception: the worker goes on starting
+        assert not watch.watching
+        server.connected = True
+        _delivered(client, "lost", at=0)
+        assert _until(lambda: watch.watching), "the watch never started"
+        assert client.exists(alive_key(watch.holder))
+        assert _until(lambda: restored == ["lost"])
+        assert claimed_tags(client) == {"mine"}
+    finally:
+        watch.stop()
+    assert not client.exists(alive_key(watch.holder))
+
+
+def test_a_watch_stopped_before_redis_answered_never_starts() -> None:
+    server = fakeredis.FakeServer()
+    server.connected = False
+    client = fakeredis.FakeRedis(server=server)
+    watch = DeliveryWatch(client, interval_s=0.05, dead_after_s=1, restore=lambda tag: None, tags=set).start()
+    watch.stop()
+    server.connected = True
+    time.sleep(0.2)  # four intervals: a starter still running would have started it
+    assert not watch.watching
+    assert not client.exists(alive_key(watch.holder))

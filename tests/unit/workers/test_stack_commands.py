@@ -175,3 +175,19 @@ def test_up_refuses_a_remote_broker_before_touching_anything(tmp_path: Path) -> 
 
 def test_down_with_nothing_recorded_stops_nothing(tmp_path: Path) -> None:
     assert launcher.down(Settings(data_dir=tmp_path)) == []
+
+
+def test_redis_refuses_writes_at_its_maxmemory_rather_than_evict(tmp_path: Path) -> None:
+    endpoint, layout = Endpoint("127.0.0.1", 16379), StackLayout(tmp_path)
+    command = redis_server.redis_command(Path("/bin/redis-server"), endpoint=endpoint, layout=layout,
+                                         maxmemory_mb=1024)  # fmt: skip
+    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert options["--maxmemory-policy"] == "noeviction"
+    assert options["--maxmemory"] == "1024mb"
+    unlimited = redis_server.redis_command(Path("/bin/redis-server"), endpoint=endpoint, layout=layout)
+    assert "--maxmemory" not in unlimited
+    # The default limit leaves the queues most of it: the caches at their bounds take at most a quarter.
+    from tests.support.redis_memory import CACHE_SHARE, cache_bound_bytes
+
+    settings = Settings()
+    assert cache_bound_bytes(settings) <= CACHE_SHARE * settings.stack.redis_maxmemory_mb * 2**20

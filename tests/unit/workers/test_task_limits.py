@@ -21,7 +21,8 @@ def test_a_workers_tasks_take_the_time_limits_of_its_own_settings() -> None:
     # from this process's (default) settings first.
     for module in TASK_MODULES:
         importlib.import_module(module)
-    settings = Settings(workers={name: {"soft_s": soft, "hard_s": hard} for name, (soft, hard) in LIMITS.items()})
+    settings = Settings(workers={name: {"soft_s": soft, "hard_s": hard} for name, (soft, hard) in LIMITS.items()},
+                        ingest={"document_deadline_s": 5})  # must stay under the ingest soft limit
     app = create_app(settings)
     default_app = create_app(Settings())
     for name, (soft, hard) in EXPECTED.items():

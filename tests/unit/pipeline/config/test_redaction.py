@@ -18,7 +18,7 @@ from shardfuse.pipeline.config.redaction import (
     url_password,
 )
 from shardfuse.pipeline.config.settings import Settings
-from shardfuse.workers.stack import postgres_server, redis_server
+from shardfuse.workers.stack import access, postgres_server, redis_server
 from shardfuse.workers.stack.addresses import StackAddresses
 from shardfuse.workers.stack.errors import StackError
 from shardfuse.workers.stack.launcher import _current_state
@@ -124,16 +124,26 @@ def test_the_redis_password_goes_on_stdin_escaped_never_on_the_command_line(tmp_
     assert redis_server.broker_password("redis://default:pw@127.0.0.1:1/0") == "pw"
 
 
-def test_postgres_requires_scram_over_tcp_only_when_the_dsn_has_a_password(tmp_path: Path) -> None:
+def test_postgres_requires_scram_over_tcp_and_trusts_no_one(tmp_path: Path) -> None:
     target = StackAddresses.from_settings(_secret_settings()).postgres
-    strict = postgres_server.hba_conf(password_required=True)
-    tcp_rules = [line.split() for line in strict.splitlines() if line.startswith("host")]
-    assert tcp_rules and all(rule[-1] == "scram-sha-256" for rule in tcp_rules)
-    assert not any(line.split()[-1] == "trust" for line in strict.splitlines() if line.startswith("host"))
-    assert all(line.split()[-1] == "trust" for line in postgres_server.hba_conf(password_required=False).splitlines()
-               if line.startswith(("host", "local")))  # fmt: skip
-    conf = postgres_server.server_conf(target, socket_dir=tmp_path, password_required=True)
+    rules = [line.split() for line in access.hba_conf().splitlines() if line.startswith(("host", "local"))]
+    assert [rule[-1] for rule in rules if rule[0] == "host"] == ["scram-sha-256", "scram-sha-256"]
+    assert [rule[-2:] for rule in rules if rule[0] == "local"] == [["peer", f"map={access.IDENT_MAP}"]]
+    assert not any("trust" in rule for rule in rules)
+    # Only the OS users named may use the socket, and only as the superuser.
+    ident = [line.split() for line in access.ident_conf(superuser="postgres", os_users=("alice", "pgserver", "alice"))
+             .splitlines() if not line.startswith("#")]  # fmt: skip
+    assert ident == [[access.IDENT_MAP, "alice", "postgres"], [access.IDENT_MAP, "pgserver", "postgres"]]
+    conf = postgres_server.server_conf(target, socket_dir=tmp_path)
     assert "unix_socket_permissions = 0700" in conf and "scram-sha-256" in conf
     assert PG_PW not in conf
-    assert "unix_socket_permissions" not in postgres_server.server_conf(target, socket_dir=tmp_path)
     assert postgres_server.dsn_password(_secret_settings().postgres.dsn) == PG_PW
+
+
+def test_a_data_dir_that_trusted_loopback_is_recognised(tmp_path: Path) -> None:
+    assert not access.hba_trusts(tmp_path)  # no pg_hba.conf yet
+    (tmp_path / access.HBA_CONF).write_text("# a comment that says trust\nlocal all all trust\n"
+                                            "host all all 127.0.0.0/8 trust\n")
+    assert access.hba_trusts(tmp_path)
+    (tmp_path / access.HBA_CONF).write_text(access.hba_conf())
+    assert not access.hba_trusts(tmp_path)

@@ -15,10 +15,13 @@ DEFAULT_TOML = REPO / "config" / "default.toml"
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for key in list(os.environ):
         if key.startswith("SHARDFUSE_"):
             monkeypatch.delenv(key)
+    # The default data dir (~/.shardfuse) in a home of its own: a real one may hold a stack's passwords, which
+    # load_settings would fill in (pipeline/config/stack_secrets.py).
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
 
 
 def test_default_toml_spells_out_the_builtin_defaults() -> None:

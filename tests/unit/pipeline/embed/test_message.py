@@ -72,12 +72,23 @@ def test_documents_are_indexed_and_their_shards_named_for_the_bm25_update(leases
             _document("old.txt", shard=1)]
     done = embed_message(raws, leases=leases, batcher=batcher, wait_s=5)
     assert (done.indexed, done.stale, done.failures) == (3, 1, ())
-    # Only the documents written go into their shard's next delta.
-    assert done.committed == {0: (("z", "a.txt"), ("z", "c.txt")), 1: (("z", "b.txt"),)}
+    # Every document the shard holds at this seq (or newer) has its shard's BM25 update scheduled: a
+    # redelivered copy whose first run committed but lost its bookkeeping must schedule it again.
+    assert done.committed == {0: (("z", "a.txt"), ("z", "c.txt")), 1: (("z", "b.txt"), ("z", "old.txt"))}
     # Every document reaches the batcher under its own lease's token, all of them before any is waited for.
     assert [path for path, _ in batcher.submitted] == ["a.txt", "b.txt", "c.txt", "old.txt"]
     assert all(fence is not None for _, fence in batcher.submitted)
     assert len({fence for _, fence in batcher.submitted}) == 4
+
+
+def test_a_redelivered_copy_of_a_committed_message_schedules_the_bm25_update_again(
+        leases: DocumentLeases) -> None:
+    """The first run committed both documents and died before its BM25 bookkeeping: the copy finds them
+    already applied, and still names their shards, so the update that was never scheduled is."""
+    raws = [_document("a.txt", shard=0), _document("b.txt", shard=1)]
+    done = embed_message(raws, leases=leases, batcher=FakeBatcher({"a.txt": "stale", "b.txt": "stale"}), wait_s=5)
+    assert (done.indexed, done.stale, done.failures) == (0, 2, ())
+    assert done.committed == {0: (("z", "a.txt"),), 1: (("z", "b.txt"),)}
 
 
 def test_leases_are_given_back_whatever_became_of_the_document(redis_client: fakeredis.FakeRedis,

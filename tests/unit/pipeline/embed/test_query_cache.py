@@ -55,9 +55,12 @@ class BrokenRedis:
         self.calls += 1
         raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    def set(self, key: str, value: bytes, ex: int | None = None) -> Any:
-        self.calls += 1
-        raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    def register_script(self, script: str) -> Any:
+        def run(*, keys: Any, args: Any) -> Any:
+            self.calls += 1
+            raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+        return run
 
 
 @pytest.fixture
@@ -150,6 +153,9 @@ def test_zero_ttl_switches_redis_off(server: fakeredis.FakeServer) -> None:
     cached = CachedQueryEmbedder(CountingEmbedder(), entries=8, redis=client, ttl_s=0)
     cached.embed_query("q")
     assert client.keys("*") == []
+    assert CachedQueryEmbedder(CountingEmbedder(), entries=8, redis=client, ttl_s=60, redis_entries=0).embed_query(
+        "q").shape == (DIM,)
+    assert client.keys("*") == []  # nor does a bound of no entries
 
 
 def test_embedders_with_other_names_or_sizes_do_not_collide(server: fakeredis.FakeServer) -> None:
@@ -164,7 +170,7 @@ def test_embedders_with_other_names_or_sizes_do_not_collide(server: fakeredis.Fa
     assert wide.embed_query("q").shape == (32,)
     assert a_inner.query_calls == ["q"] and b_inner.query_calls == ["q"]
     assert len({a.redis_key("q"), b.redis_key("q"), wide.redis_key("q")}) == 3
-    assert len(_client(server).keys("*")) == 3
+    assert len(_client(server).keys("shardfuse:qemb:*")) == 3
 
 
 def test_redis_value_of_the_wrong_size_is_recomputed(server: fakeredis.FakeServer) -> None:
@@ -185,7 +191,7 @@ def test_redis_outage_costs_only_the_cache(caplog: pytest.LogCaptureFixture) -> 
         vector = cached.embed_query("q")
     np.testing.assert_array_equal(vector, HashingEmbedder(DIM).embed_query("q"))
     assert broken.calls == 1  # the read failed, so the write was not even tried
-    assert "Redis read failed (ConnectionError" in caplog.text
+    assert "Redis read failed" in caplog.text and "unreachable (ConnectionError" in caplog.text
     cached.embed_query("other")  # within the back-off: Redis is not asked again
     assert broken.calls == 1 and inner.query_calls == ["q", "other"]
     now[0] += 6

@@ -15,14 +15,11 @@ from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 
 CALLS: dict[str, Callable[[Bm25Freshness], Any]] = {
     "mark_dirty": lambda f: f.mark_dirty(0, [("z", "a.md")]),
-    "touched": lambda f: f.touched(0, since=0),
-    "trim": lambda f: f.trim(0, upto=1),
     "claim_merge": lambda f: f.claim_merge(0),
     "release_merge": lambda f: f.release_merge(0),
     "begin_rebuild": lambda f: f.begin_rebuild(0),
     "record_build": lambda f: f.record_build(0, seconds=1.0),
     "rebuild_delay": lambda f: f.rebuild_delay(0, debounce_s=1.0),
-    "behind_s": lambda f: f.behind_s(0, built_version=0),
     "dirty_version": lambda f: f.dirty_version(0),
     "dirty_versions": lambda f: f.dirty_versions(2),
 }

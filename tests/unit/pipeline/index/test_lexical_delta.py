@@ -12,7 +12,7 @@ import pytest
 
 from shardfuse.pipeline.index.lexical import LexicalShardReader, read_manifest
 from shardfuse.pipeline.index.lexical.doc_keys import doc_key, doc_key_array, rows_of
-from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness, message_documents
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.lexical.stats import combine
 from tests.unit.pipeline.index.lexical_fakes import MemoryShard, indexer
 
@@ -60,29 +60,6 @@ def test_doc_keys_find_rows_by_binary_search() -> None:
     assert rows_of(keys, order, []).tolist() == []
 
 
-def test_freshness_records_touched_documents_with_the_version() -> None:
-    tracker = Bm25Freshness(fakeredis.FakeRedis())
-    assert tracker.mark_dirty(0, [("z", "a"), ("z", "b")]) is True
-    assert tracker.mark_dirty(0, [("z", "a")]) is False
-    touched = tracker.touched(0, since=0)
-    assert touched.version == 2 and sorted(touched.keys) == [("z", "a"), ("z", "b")] and not touched.untracked
-    assert tracker.touched(0, since=1).keys == [("z", "a")]  # b was last written at version 1
-    tracker.trim(0, upto=1)
-    assert tracker.touched(0, since=0).keys == [("z", "a")]
-    tracker.mark_dirty(0)  # a write that cannot name its documents
-    assert tracker.touched(0, since=2).untracked and not tracker.touched(0, since=3).untracked
-    tracker.trim(0, upto=3)
-    assert not tracker.touched(0, since=0).untracked
-
-
-def test_message_documents_of_ingest_and_embed_messages() -> None:
-    assert message_documents({"events": [{"zone": "z", "path": "a"}], "event": {"zone": "z", "path": "b"}}) == [
-        ("z", "b"), ("z", "a")]
-    assert message_documents({"documents": [{"event": {"zone": "z", "path": "a"}, "shard": 0}]}) == [("z", "a")]
-    assert message_documents({"events": ["not a dict"]}) is None
-    assert message_documents({}) is None
-
-
 def test_first_update_merges_then_writes_go_to_a_delta(tmp_path: Path) -> None:
     shard = _shard()
     freshness = Bm25Freshness(fakeredis.FakeRedis())
@@ -100,7 +77,8 @@ def test_first_update_merges_then_writes_go_to_a_delta(tmp_path: Path) -> None:
     assert result["kind"] == "delta" and result["delta_documents"] == 2
     manifest = read_manifest(tmp_path, 0)
     assert manifest is not None and manifest.delta and manifest.delta_masked == 2
-    assert manifest.built_version == freshness.dirty_version(0) == 2 and manifest.generation_version == 1
+    # The versions are the shard's (PostgreSQL's snapshots; here the fake's change counter), not Redis's.
+    assert manifest.built_version == 9 and manifest.generation_version == 6 and manifest.tracks_postgres
 
     assert set(_scores(reader, "harvest")) == {"f.txt"}
     assert set(_scores(reader, "kiwi")) == {"a.txt"}
@@ -118,8 +96,9 @@ def test_delta_scores_equal_a_full_build(tmp_path: Path) -> None:
     freshness, job = _built(tmp_path / "inc", shard)
     reader = LexicalShardReader(tmp_path / "inc", 0)
     before = _scores(reader, "orchard harvest trees")
-    freshness.mark_dirty(0, [("z", "a.txt"), ("z", "d.txt")])  # touched, content unchanged
-    shard.docs[("z", "a.txt")] = [("a.txt#new.0", TEXTS["a.txt"])]
+    shard.touch("z", "a.txt")  # written again, content unchanged
+    shard.touch("z", "d.txt")
+    freshness.mark_dirty(0, [("z", "a.txt"), ("z", "d.txt")])
     assert job.update()["kind"] == "delta"
     after = _scores(reader, "orchard harvest trees")
     assert after.keys() == before.keys()
@@ -176,11 +155,11 @@ def test_merge_folds_the_delta_and_catches_up_on_writes_during_the_build(tmp_pat
     result = job.merge()
     manifest = read_manifest(tmp_path, 0)
     assert manifest is not None and result["kind"] == "merge"
-    assert manifest.generation == 2 and manifest.generation_version == 2
-    assert manifest.built_version == 3 and manifest.delta and manifest.delta_docs == 1  # g.txt caught up
+    assert manifest.generation == 2 and manifest.generation_version == 7  # the snapshot before the rows
+    assert manifest.built_version == 8 and manifest.delta and manifest.delta_docs == 1  # g.txt caught up
     reader = LexicalShardReader(tmp_path, 0)
     assert set(_scores(reader, "harvest")) == {"c.txt", "f.txt", "g.txt", "a.txt"}
-    assert freshness.touched(0, since=0).keys == [("z", "g.txt")]  # what the generation holds is forgotten
+    assert job.update()["kind"] == "current"  # nothing changed since the catch-up's snapshot
 
 
 def test_merge_is_due_when_the_delta_grows(tmp_path: Path) -> None:
@@ -192,15 +171,13 @@ def test_merge_is_due_when_the_delta_grows(tmp_path: Path) -> None:
     assert job.update()["merge_due"] is True
 
 
-def test_untracked_write_and_old_generation_fall_back_to_a_merge(tmp_path: Path) -> None:
+def test_a_generation_without_delta_files_falls_back_to_a_merge(tmp_path: Path) -> None:
     shard = _shard()
     freshness, job = _built(tmp_path, shard)
-    freshness.mark_dirty(0)
-    assert job.update()["kind"] == "merge"
     generation = read_manifest(tmp_path, 0)
     assert generation is not None
     (tmp_path / "shard_0" / generation.directory / "lexical_stats.json").unlink()
-    freshness.mark_dirty(0, [("z", "a.txt")])
+    _written(shard, freshness, "a.txt", "kiwi")
     assert job.update()["kind"] == "merge"
 
 
@@ -209,11 +186,12 @@ def test_old_manifests_parse_and_readers_refuse_a_foreign_delta(tmp_path: Path) 
     freshness, job = _built(tmp_path, shard)
     path = tmp_path / "shard_0" / "MANIFEST.json"
     data = json.loads(path.read_text())
-    for name in ("base_version", "delta", "delta_docs", "delta_masked", "delta_created_at"):
+    for name in ("base_version", "delta", "delta_docs", "delta_masked", "delta_created_at", "built_snapshot"):
         data.pop(name)
     path.write_text(json.dumps(data))
     manifest = read_manifest(tmp_path, 0)
     assert manifest is not None and manifest.delta == "" and manifest.generation_version == manifest.built_version
+    assert not manifest.tracks_postgres
 
 
 def test_each_delta_builds_on_the_previous_one(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.core.deadline import Deadline, running_within
+from shardfuse.pipeline.core.errors import DeadlineExceededError, StoreUnavailableError
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.embed.limiters.backpressure import Outcome, OutcomeKind
 from shardfuse.pipeline.ingest.context.llm import (
@@ -28,8 +30,8 @@ from shardfuse.pipeline.ingest.context.prompt import (
     document_section,
     estimate_prompt_tokens,
 )
-from tests.support.chat_server import FakeChatServer, fake_context
-from tests.support.openai_server import CHAT_COMPLETIONS, Reply
+from tests.support.chat_server import FakeChatServer, fake_context, prompt_of
+from tests.support.openai_server import CHAT_COMPLETIONS, Received, Reply
 
 MODEL = "ctx-model"
 DOC_HASH = "doc-1"
@@ -381,3 +383,37 @@ def test_a_server_that_dies_under_concurrent_load_raises_nothing(make: Any) -> N
             DOCUMENT, requests_for(chunks), doc_hash=DOC_HASH
         )
         assert len(outcomes) == 10 and sum(o.context is not None for o in outcomes) == dying.answered == 3
+
+
+# -- under the ingest stage's per-document deadline --------------------------------------------------------
+def test_a_model_that_stalls_past_the_documents_deadline_fails_the_document(server: FakeChatServer, make: Any) -> None:
+    server.hang_s = 30.0  # far past both the deadline and the client's own timeout
+    began = time.monotonic()
+    with running_within(Deadline(0.5, what="[z] slow.md")), \
+            pytest.raises(DeadlineExceededError, match=r"\[z\] slow.md ran past its 0.5s deadline .* chat model"):
+        make(timeout_s=20.0, max_retry_s=60.0).contexts(DOCUMENT, requests_for(CHUNKS), doc_hash=DOC_HASH)
+    assert time.monotonic() - began < 5  # each request waited what the deadline left, not 20 s
+
+
+def test_answers_that_came_back_before_the_deadline_are_cached(server: FakeChatServer, make: Any) -> None:
+    cache = DictCache()
+    requests = requests_for(CHUNKS)
+
+    def stall_the_second_chunk(request: Received) -> Reply:
+        prompt = prompt_of(request)
+        return Reply.chat(fake_context(prompt), delay_s=30.0 if chunk_of(prompt) == CHUNKS[1] else 0.0)
+
+    server.route(CHAT_COMPLETIONS, stall_the_second_chunk)
+    with running_within(Deadline(1.0)), pytest.raises(DeadlineExceededError):
+        make(cache=cache, max_concurrent=4).contexts(DOCUMENT, requests, doc_hash=DOC_HASH)
+    # A retry of the document asks the model only for what the deadline cut short.
+    assert {chunk_hash for (_, chunk_hash, _, _) in cache.entries} == {"h0", "h2"}
+
+
+def test_without_a_deadline_a_failing_model_still_means_backfill_not_an_error(
+    server: FakeChatServer, make: Any, fake_time: FakeTime
+) -> None:
+    server.fail_all = True
+    with running_within(Deadline(60.0)):
+        outcomes = make(max_retry_s=2.0).contexts(DOCUMENT, requests_for(CHUNKS), doc_hash=DOC_HASH)
+    assert all(o.context is None and o.error for o in outcomes)

@@ -107,13 +107,13 @@ def test_status_adds_up_every_pools_metrics(tmp_path: Path, monkeypatch: pytest.
     assert set(endpoints) == {"ingest@host", "embed@host", "query@host", "maintenance@gone"}
     assert "error" in endpoints["maintenance@gone"] and CLOSED in endpoints["maintenance@gone"]["error"]
     assert all("error" not in endpoints[node] for node in ("ingest@host", "embed@host", "query@host"))
-    lag = {row["shard"]: (row["lag_versions"], row["behind_s"]) for row in status["bm25"]}
-    assert lag[0] == (0, 0.0) and lag[1][0] == 2 and lag[1][1] >= 0
+    # Whether BM25 is current is asked of PostgreSQL (Redis can lose data): nothing listens, so no shard is.
+    assert [(row["current"], CLOSED in row["error"]) for row in status["bm25"]] == [(False, True)] * 2
     assert "database_error" in status  # nothing listens: said, not raised
 
     text = status_module.format_status(status)
     assert "3 indexed, 2 deleted, 0 skipped, 3 failed (dead-lettered)" in text
-    assert "cache hit rate 75% (24 of 32 texts)" in text and "2 commit(s) behind" in text
+    assert "cache hit rate 75% (24 of 32 texts)" in text and "rebuild pending" in text
     assert "metrics  3 pool endpoint(s) read" in text and "maintenance@gone at http://127.0.0.1:1/metrics" in text
 
 
@@ -173,7 +173,8 @@ def test_the_exporter_serves_live_gauges_and_no_counter(tmp_path: Path) -> None:
 
     assert _value(families, "shardfuse_queue_waiting_messages", queue="ingest") == 1
     assert _value(families, "shardfuse_queue_waiting_messages", queue="embed") == 0
-    assert _value(families, "shardfuse_bm25_lag_versions", shard="0") == 1
+    # BM25 freshness comes from PostgreSQL, which is not there: no shard counts as current.
+    assert _value(families, "shardfuse_bm25_current", shard="0") == 0
     assert _value(families, "shardfuse_bm25_lag_versions", shard="1") == 0
     assert _value(families, "shardfuse_bm25_generation", shard="0") == -1  # never built
     assert not math.isnan(_value(families, "shardfuse_bm25_behind_seconds", shard="0"))

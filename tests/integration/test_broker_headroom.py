@@ -1,0 +1,67 @@
+"""A publisher against a real Redis near its maxmemory: it refuses new events with a clear error and keeps
+them, leaving the workers the headroom to drain the queues, and publishes them once there is room again."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.workers.publishing import CeleryEventSink
+from shardfuse.workers.stack.redis_server import redis_server_binary
+from tests.integration.ports import free_port
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen([str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1",
+                                "--dir", str(tmp_path), "--save", "", "--appendonly", "no",
+                                "--maxmemory-policy", "noeviction"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        for _ in range(200):
+            with contextlib.suppress(redis.ConnectionError):
+                if client.ping():
+                    break
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _event(i: int) -> WriteEvent:
+    return WriteEvent(op=Op.DELETE, zone="headroom", path=f"doc{i}.txt", seq=time.time_ns())
+
+
+def test_a_publisher_stops_at_the_high_water_mark_keeps_its_events_and_sends_them_once_there_is_room(
+        url: str) -> None:
+    client = redis.Redis.from_url(url)
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", str(int(used / 0.8)))  # the server is at 80 % of its limit
+    settings = Settings(broker={"url": url, "result_backend": url, "publish_high_water": 0.7,
+                                "events_per_message": 2})
+    with pytest.raises(StoreUnavailableError, match=r"maxmemory, past broker.publish_high_water \(70%\)"), \
+            CeleryEventSink.connect(settings) as sink:
+        sink.send(_event(1))
+        sink.send(_event(2))  # a full message: flushed, refused
+    assert client.llen("ingest") == 0  # nothing half-sent
+
+    with CeleryEventSink.connect(settings) as sink:
+        sink.send(_event(3))
+        with pytest.raises(StoreUnavailableError):
+            sink.flush()
+        client.config_set("maxmemory", "0")  # room again (no limit)
+        time.sleep(1.1)  # the mark is read again at most once a second
+        sink.flush()  # the kept event goes out now
+    assert client.llen("ingest") == 1
