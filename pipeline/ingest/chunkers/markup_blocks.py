@@ -14,6 +14,7 @@ One parser per format turns the text into :class:`Block` s: whole non-blank line
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from bisect import bisect_right
@@ -160,7 +161,13 @@ def _closing_fence(line: str) -> re.Pattern[str] | None:
     if opening is None or (opening.group(1)[0] == "`" and "`" in opening.group(2)):
         return None
     marker = opening.group(1)
-    return re.compile(rf" {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[ \t]*$")
+    return _fence_closer(marker[0], len(marker))
+
+
+@functools.lru_cache(maxsize=256)
+def _fence_closer(char: str, length: int) -> re.Pattern[str]:
+    """The line that closes a fence of ``length`` ``char``s (built once per kind: a file of fences is common)."""
+    return re.compile(rf" {{0,3}}{re.escape(char)}{{{length},}}[ \t]*$")
 
 
 def _parse_rst(text: str) -> list[Block]:

@@ -85,8 +85,10 @@ class _Tokens:
 
     def _boundary(self, pos: int) -> int | None:
         """The index of the token boundary at ``pos`` if ``pos`` is clean, else None."""
+        if not self.clean(pos):
+            return None
         i = bisect_left(self._bounds, pos)
-        return i if self.clean(pos) and i < len(self._bounds) and self._bounds[i] == pos else None
+        return i if i < len(self._bounds) and self._bounds[i] == pos else None
 
 
 def semantic_spans(
