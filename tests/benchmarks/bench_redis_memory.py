@@ -11,12 +11,10 @@ and memory must stop at the bound. The last line is JSON.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,30 +34,9 @@ from shardfuse.query.result_cache import RedisResultCache
 from shardfuse.workers.broker.redelivery import publish_claims
 from shardfuse.workers.names import Queue
 from shardfuse.workers.publishing import CeleryEventSink
-from shardfuse.workers.stack.redis_server import redis_server_binary
-from tests.integration.ports import free_port
+from tests.support.socket_redis import loopback_redis
 
 N = 2000
-
-
-@contextlib.contextmanager
-def redis_server(directory: Path) -> Iterator[int]:
-    port = free_port()
-    process = subprocess.Popen([str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1", "--dir",
-                                str(directory), "--save", "", "--appendonly", "no"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(port=port)
-        for _ in range(400):
-            with contextlib.suppress(redis.ConnectionError):
-                if client.ping():
-                    break
-            time.sleep(0.025)
-        client.close()
-        yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def used(client: redis.Redis) -> int:
@@ -178,7 +155,7 @@ def bounds_hold(client: redis.Redis) -> dict[str, Any]:
 
 
 def test_redis_memory_per_structure() -> None:
-    with tempfile.TemporaryDirectory(prefix="shardfuse-redis-memory-") as root, redis_server(Path(root)) as port:
+    with tempfile.TemporaryDirectory(prefix="shardfuse-redis-memory-") as root, loopback_redis(Path(root)) as port:
         client = redis.Redis(port=port)
         settings = Settings(data_dir=Path(root) / "data", broker={"url": f"redis://127.0.0.1:{port}/0",
                                                                   "result_backend": f"redis://127.0.0.1:{port}/1"})

@@ -3,8 +3,6 @@ them, leaving the workers the headroom to drain the queues, and publishes them o
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,28 +14,13 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.workers.publishing import CeleryEventSink
-from shardfuse.workers.stack.redis_server import redis_server_binary
-from tests.integration.ports import free_port
+from tests.support.socket_redis import loopback_redis
 
 
 @pytest.fixture
 def url(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen([str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1",
-                                "--dir", str(tmp_path), "--save", "", "--appendonly", "no",
-                                "--maxmemory-policy", "noeviction"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(port=port)
-        for _ in range(200):
-            with contextlib.suppress(redis.ConnectionError):
-                if client.ping():
-                    break
-            time.sleep(0.05)
+    with loopback_redis(tmp_path, "--maxmemory-policy", "noeviction") as port:
         yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def _event(i: int) -> WriteEvent:

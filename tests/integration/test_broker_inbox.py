@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -22,10 +21,9 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers.broker import inbox as broker_inbox
 from shardfuse.workers.broker.inbox import INBOXES_KEY, UNREADABLE_KEY
 from shardfuse.workers.broker.transport import TRANSPORT
-from shardfuse.workers.stack.redis_server import redis_server_binary
 from shardfuse.workers.status import collect_status, format_status
 from tests.integration.conftest import REPO
-from tests.integration.ports import free_port
+from tests.support.socket_redis import loopback_redis
 
 pytestmark = pytest.mark.integration
 
@@ -59,22 +57,8 @@ with Connection(sys.argv[1], transport=None if transport == "kombu" else transpo
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    directory: Path = tmp_path_factory.mktemp("inbox-redis")
-    port = free_port()
-    process = subprocess.Popen([str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1",
-                                "--dir", str(directory), "--save", "", "--appendonly", "no"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(port=port)
-        for _ in range(200):
-            with contextlib.suppress(redis.ConnectionError):
-                if client.ping():
-                    break
-            time.sleep(0.05)
+    with loopback_redis(tmp_path_factory.mktemp("inbox-redis")) as port:
         yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture
