@@ -13,6 +13,7 @@ from celery import Celery, signals
 from kombu.entity import Queue as KombuQueue
 
 from shardfuse.pipeline.config.settings import Settings, TaskLimits
+from shardfuse.workers import readiness as _readiness  # noqa: F401  registers the shardfuse_ready command
 from shardfuse.workers.broker.serialization import JSON_ONLY
 from shardfuse.workers.broker.transport import SENTINEL_TRANSPORT, TLS_TRANSPORT, TRANSPORT
 from shardfuse.workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue

@@ -19,7 +19,7 @@ import redis
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.coordination.redis_errors import redis_errors
 from shardfuse.pipeline.core.errors import ShardfuseError
-from shardfuse.pipeline.index.lexical import Tokenizer, read_manifest
+from shardfuse.pipeline.index.lexical import Tokenizer
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.store.lag_reader import ShardLagReader
 from shardfuse.workers.broker.inbox import inbox_depths
@@ -133,7 +133,12 @@ def bm25_freshness(settings: Settings, client: redis.Redis, *,
 
 def _bm25_row(settings: Settings, shard: int, lags: ShardLagReader, *, tokenizer: str,
               write_version: int) -> dict[str, Any]:
-    manifest = read_manifest(settings.bm25_root, shard)
+    try:
+        manifest = lags.published_manifest(shard)
+    except ShardfuseError as exc:
+        return {"shard": shard, "generation": None, "documents": 0, "delta_documents": 0, "built_version": 0,
+                "dirty_version": write_version, "tokenizer": None, "current": False, "lag_versions": 0,
+                "behind_s": 0.0, "error": str(exc)}
     row: dict[str, Any] = {
         "shard": shard,
         "generation": manifest.generation if manifest else None,

@@ -57,6 +57,21 @@ def atomic_write_bytes(path: Path, data: bytes, *, tmp_prefix: str) -> None:
 
 
 @contextmanager
+def try_exclusive_lock(path: Path) -> Iterator[bool]:
+    """Take an exclusive ``flock`` on ``path`` if nobody holds it; yield whether it was taken."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
+
+
+@contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block.
 

@@ -10,8 +10,11 @@ from typing import Any, Protocol
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.lexical.mirror import ShardMirror
 from shardfuse.pipeline.index.lexical.tokenizer import Tokenizer
 from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.pipeline.index.store.lexical_publication import PostgresLexicalPublication
+from shardfuse.pipeline.index.store.schema import shard_schema
 
 
 class Bm25Indexer(Protocol):
@@ -51,13 +54,21 @@ class Bm25Update:
     merge_in_s: float | None = None
 
 
+def shard_mirror(settings: Settings, store: Any) -> ShardMirror:
+    """``store``'s shard's published BM25 index (in the shard's PostgreSQL schema) and this node's local copy
+    of it under ``settings.bm25_root``."""
+    published = PostgresLexicalPublication(store.pool, store.shard, schema=shard_schema(store.shard))
+    return ShardMirror(settings.bm25_root, published, keep_generations=settings.bm25.keep_generations)
+
+
 def shard_indexer(settings: Settings, shard: int, *, store: Any, freshness: Bm25Freshness,
                   tokenizer: Tokenizer) -> ShardIndexer:
-    """The BM25 indexer of ``shard`` as ``settings.bm25`` configures it."""
+    """The BM25 indexer of ``shard`` as ``settings.bm25`` configures it, publishing to the shard's database."""
     bm25 = settings.bm25
     return ShardIndexer(root=settings.bm25_root, shard=shard, store=store, freshness=freshness, tokenizer=tokenizer,
                         k1=bm25.k1, b=bm25.b, keep_generations=bm25.keep_generations,
-                        delta_max_chunks=bm25.delta_max_chunks, merge_after_s=bm25.merge_after_s)
+                        delta_max_chunks=bm25.delta_max_chunks, merge_after_s=bm25.merge_after_s,
+                        publishing=shard_mirror(settings, store))
 
 
 def update_bm25(indexer: Bm25Indexer, *, claims: MergeClaims, merge: bool, rebuild_debounce_s: float) -> Bm25Update:

@@ -16,6 +16,7 @@ Kubernetes), which its environment names (:mod:`shardfuse.pipeline.config.handof
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -145,6 +146,11 @@ def run_ping(args: argparse.Namespace, settings: Settings) -> int:
         print(f"shardfuse ping: broker {broker} is unreachable: {problem}", file=sys.stderr)
         return 1
     if node in celery_processes.answering_workers(settings.broker.url, [node], timeout=args.timeout):
+        state = celery_processes.worker_readiness(settings.broker.url, node, timeout=args.timeout)
+        if state.get("ready") is False:
+            print(f"shardfuse ping: {node} answers but is not ready: {json.dumps(state, sort_keys=True)}",
+                  file=sys.stderr)
+            return 1
         print(f"{node}: pong")
         return 0
     print(f"shardfuse ping: {node} did not answer within {args.timeout:g}s through broker {broker} "

@@ -1,9 +1,9 @@
 """Build one shard's BM25 index from its chunks and publish it as a new generation.
 
 The expensive part (tokenising, scoring, writing files) happens in a private staging directory without
-any lock, so concurrent builders of one shard only serialise on the short publish step: under an
-exclusive ``flock`` the builder picks the next generation number, renames its staging directory to
-``gen_<g>``, switches the manifest and removes generations beyond ``keep_generations``.
+any lock, so concurrent builders of one shard only serialise on the short publish step: under the shard's
+publish lock (:mod:`.publishing`) the builder picks the next generation number, renames its staging directory
+to ``gen_<g>``, publishes the manifest and removes generations beyond ``keep_generations``.
 """
 
 from __future__ import annotations
@@ -21,33 +21,25 @@ from typing import NamedTuple
 import bm25s
 import numpy as np
 
-from shardfuse.pipeline.core.durable_files import exclusive_lock, fsync_dir, fsync_tree
-from shardfuse.pipeline.core.errors import PermanentError
+from shardfuse.pipeline.core.durable_files import fsync_dir, fsync_tree
 from shardfuse.pipeline.index.lexical.doc_keys import doc_key_array
 from shardfuse.pipeline.index.lexical.layout import (
     BASE_STATS_FILE,
     CHUNK_IDS_FILE,
     DOC_KEY_ORDER_FILE,
     DOC_KEYS_FILE,
-    LOCK_NAME,
-    MANIFEST_TMP_PREFIX,
     STAGING_PREFIX,
     ZONE_CODES_FILE,
     ZONE_NAMES_FILE,
     generation_dir_name,
-    parse_delta_dir_name,
     parse_generation_dir_name,
     shard_dir,
 )
-from shardfuse.pipeline.index.lexical.manifest import ShardManifest, read_manifest, write_manifest
+from shardfuse.pipeline.index.lexical.manifest import ShardManifest
+from shardfuse.pipeline.index.lexical.publishing import LocalPublishing, ShardPublishing
 from shardfuse.pipeline.index.lexical.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
-
-# A staging directory or manifest temp file this old belongs to a builder that crashed: no live build
-# takes a day, and deleting a live one would only make that build fail, never corrupt a published one.
-_STALE_LEFTOVER_SECONDS = 24 * 3600
-
 
 class CatchUp(NamedTuple):
     """A delta a merge publishes with its new generation: the writes that landed during the build."""
@@ -75,6 +67,7 @@ def build_shard_index(
     catch_up: Callable[[Path], CatchUp | None] | None = None,
     built_snapshot: str = "",
     replace_any: bool = False,
+    publishing: ShardPublishing | None = None,
 ) -> ShardManifest:
     """Index ``texts`` (aligned with ``chunk_ids`` and ``zones``) as a new generation of ``shard``.
 
@@ -86,6 +79,7 @@ def build_shard_index(
     together with it. ``built_snapshot`` is the PostgreSQL snapshot the texts were read at (see
     :class:`ShardManifest`); a catch-up's replaces it. ``replace_any`` publishes even over a higher
     published version (whose versions came from another database: a restore into a new cluster).
+    ``publishing`` is where the generation is published (default: :class:`LocalPublishing` into ``root``).
     Generations older than the newest ``keep_generations`` are deleted after publishing; readers that still
     map them keep working (unlinked files stay readable while mapped), and readers that had not loaded them
     yet reload the current manifest.
@@ -110,8 +104,9 @@ def build_shard_index(
             staging, chunk_ids=chunk_ids, zones=zones, texts=texts, k1=k1, b=b, tokenizer=tokenizer, paths=paths
         )
         fsync_tree(staging)
-        with exclusive_lock(directory / LOCK_NAME):
-            current = _current_manifest_for_publish(root, shard)
+        publishing = publishing or LocalPublishing(root, shard)
+        with publishing.lock():
+            current = publishing.current()
             # With a catch-up delta, the new generation replaces the published one's delta too.
             floor = (current.generation_version if catch_up is not None else current.built_version) if current else 0
             # A manifest whose versions came from Redis's counter is on another scale: never a reason to
@@ -148,9 +143,8 @@ def build_shard_index(
                 tokenizer=tokenizer.name,
                 built_snapshot=caught.built_snapshot if caught else built_snapshot,
             )
-            write_manifest(root, manifest)
-            collect_garbage(directory, keep_generations=keep_generations, published=generation,
-                            delta=manifest.delta)
+            publishing.publish(manifest)
+            publishing.collected(keep_generations=keep_generations, manifest=manifest)
         return manifest
     finally:
         # Gone after a successful rename; otherwise the build failed or was discarded.
@@ -199,15 +193,6 @@ def _write_generation(
     return vocab_size
 
 
-def _current_manifest_for_publish(root: Path, shard: int) -> ShardManifest | None:
-    """The published manifest, or None when there is none or it is corrupt (a rebuild is the repair)."""
-    try:
-        return read_manifest(root, shard)
-    except PermanentError as exc:
-        logger.warning("shard %d: replacing a corrupt BM25 manifest: %s", shard, exc)
-        return None
-
-
 def _next_generation(directory: Path, current: ShardManifest | None) -> int:
     """One more than any generation published or present on disk (the manifest may be corrupt)."""
     on_disk = [parse_generation_dir_name(entry.name) for entry in directory.iterdir()]
@@ -215,47 +200,3 @@ def _next_generation(directory: Path, current: ShardManifest | None) -> int:
     if current is not None:
         highest = max(highest, current.generation)
     return highest + 1
-
-
-def collect_garbage(directory: Path, *, keep_generations: int, published: int, delta: str = "") -> None:
-    """Delete generations beyond the newest ``keep_generations``, deltas beyond the newest two (never the
-    published ones) and leftovers of crashed builders. Call under the shard lock."""
-    generations: list[tuple[int, Path]] = []
-    deltas: list[tuple[int, Path]] = []
-    now = time.time()
-    for entry in directory.iterdir():
-        generation = parse_generation_dir_name(entry.name)
-        number = parse_delta_dir_name(entry.name)
-        if generation is not None:
-            generations.append((generation, entry))
-        elif number is not None:
-            deltas.append((number, entry))
-        elif _stale_leftover(entry, now):
-            _remove(entry)
-    generations.sort(reverse=True)
-    for generation, path in generations[keep_generations:]:
-        if generation != published:
-            _remove(path)
-    # A reader loads a delta whole (it is small), so one older delta is enough for readers mid-switch.
-    deltas.sort(reverse=True)
-    for _, path in deltas[2:]:
-        if path.name != delta:
-            _remove(path)
-
-
-def _stale_leftover(entry: Path, now: float) -> bool:
-    """Whether ``entry`` is a staging directory or temporary manifest that a crashed builder left behind: one
-    untouched for longer than any build takes (a younger one may belong to a build under way)."""
-    if not entry.name.startswith((STAGING_PREFIX, MANIFEST_TMP_PREFIX)):
-        return False
-    try:
-        return now - entry.stat().st_mtime > _STALE_LEFTOVER_SECONDS
-    except FileNotFoundError:  # removed meanwhile
-        return False
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)

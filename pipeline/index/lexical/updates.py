@@ -31,19 +31,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from shardfuse.pipeline.core.durable_files import exclusive_lock, fsync_dir, fsync_tree
-from shardfuse.pipeline.core.errors import PermanentError
-from shardfuse.pipeline.index.lexical.builder import CatchUp, build_shard_index, collect_garbage
+from shardfuse.pipeline.core.durable_files import fsync_dir, fsync_tree
+from shardfuse.pipeline.index.lexical.builder import CatchUp, build_shard_index
 from shardfuse.pipeline.index.lexical.delta import has_base_stats, write_delta
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.lexical.layout import (
-    LOCK_NAME,
     STAGING_PREFIX,
     delta_dir_name,
     parse_delta_dir_name,
     shard_dir,
 )
-from shardfuse.pipeline.index.lexical.manifest import ShardManifest, read_manifest, write_manifest
+from shardfuse.pipeline.index.lexical.manifest import ShardManifest
+from shardfuse.pipeline.index.lexical.publishing import LocalPublishing, ShardPublishing
 from shardfuse.pipeline.index.lexical.rows import Rows, document_rows, iter_shard_rows, shard_changes, shard_mark
 from shardfuse.pipeline.index.lexical.tokenizer import Tokenizer
 from shardfuse.pipeline.index.store.change_log import ChangeSet
@@ -93,6 +92,17 @@ class ShardIndexer:
     # What changed since a snapshot, and the snapshot of now (the shard's documents table; tests pass theirs).
     changes_since: Callable[[Any, str], ChangeSet] = shard_changes
     mark_now: Callable[[Any], ChangeSet] = shard_mark
+    # Where the index is published (None: into ``root`` itself, :class:`LocalPublishing`).
+    publishing: ShardPublishing | None = None
+
+    def __post_init__(self) -> None:
+        if self.publishing is None:
+            self.publishing = LocalPublishing(self.root, self.shard)
+
+    @property
+    def _publishing(self) -> ShardPublishing:
+        assert self.publishing is not None
+        return self.publishing
 
     def update(self) -> dict[str, Any]:
         """Make the index current with a delta (or a merge when a delta cannot); see the module docstring."""
@@ -100,8 +110,8 @@ class ShardIndexer:
         self.freshness.begin_rebuild(self.shard)  # frees the flag: later writes schedule again
         directory = shard_dir(self.root, self.shard)
         directory.mkdir(parents=True, exist_ok=True)
-        with exclusive_lock(directory / LOCK_NAME):
-            current = self._published()
+        with self._publishing.lock():
+            current = self._publishing.current()
             reason = self._no_delta(current)
             if reason is None:
                 assert current is not None
@@ -135,24 +145,18 @@ class ShardIndexer:
                                              tokenizer=self.tokenizer, k1=self.k1, b=self.b)
             return CatchUp(name, changes.version, docs, masked, changes.mark)
 
-        published = self._published()
+        with self._publishing.lock():
+            published = self._publishing.current()
         # Transaction ids went backwards (another cluster): the published versions say nothing any more.
         restored = published is not None and published.tracks_postgres and mark.version < published.built_version
         manifest = build_shard_index(
             self.root, self.shard, chunk_ids=rows.chunk_ids, zones=rows.zones, texts=rows.texts,
             paths=rows.paths, built_version=mark.version, built_snapshot=mark.mark, k1=self.k1, b=self.b,
             keep_generations=self.keep_generations, tokenizer=self.tokenizer, catch_up=catch_up,
-            replace_any=restored,
+            replace_any=restored, publishing=self._publishing,
         )
         self.freshness.record_build(self.shard, seconds=time.monotonic() - started)
         return self._result("merge", manifest, started)
-
-    def _published(self) -> ShardManifest | None:
-        try:
-            return read_manifest(self.root, self.shard)
-        except PermanentError as exc:
-            logger.warning("shard %d: %s", self.shard, exc)
-            return None
 
     def _no_delta(self, current: ShardManifest | None) -> str | None:
         """Why the published generation cannot take a delta (None: it can)."""
@@ -178,9 +182,8 @@ class ShardIndexer:
         manifest = replace(current, built_version=max(current.built_version, changes.version),
                            built_snapshot=changes.mark, base_version=current.generation_version, delta=name,
                            delta_docs=docs, delta_masked=masked, delta_created_at=time.time())
-        write_manifest(self.root, manifest)
-        collect_garbage(directory, keep_generations=self.keep_generations, published=current.generation,
-                        delta=name)
+        self._publishing.publish(manifest)
+        self._publishing.collected(keep_generations=self.keep_generations, manifest=manifest)
         return manifest
 
     def _merge_due(self, manifest: ShardManifest) -> bool:

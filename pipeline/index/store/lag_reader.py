@@ -12,9 +12,11 @@ from psycopg import sql
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import SchemaMissingError
+from shardfuse.pipeline.index.lexical.manifest import ShardManifest
 from shardfuse.pipeline.index.store import change_log
 from shardfuse.pipeline.index.store.change_log import Lag
 from shardfuse.pipeline.index.store.connections import postgres_errors, postgres_location
+from shardfuse.pipeline.index.store.lexical_publication import published_manifest
 from shardfuse.pipeline.index.store.schema import shard_schema
 
 
@@ -42,6 +44,20 @@ class ShardLagReader:
                     raise
         except SchemaMissingError:
             return Lag(0, 0.0)
+
+    def published_manifest(self, shard: int) -> ShardManifest | None:
+        """The BM25 manifest published for ``shard`` (None: nothing yet, or no worker created the shard)."""
+        dsn = self._settings.shard_dsn(shard)
+        with postgres_errors(f"shard {shard}", where=lambda: postgres_location(dsn)):
+            conn = self._connection(dsn)
+            try:
+                return published_manifest(conn, sql.Identifier(shard_schema(shard)), shard)
+            except psycopg.errors.UndefinedTable:
+                return None
+            except psycopg.Error:
+                self._connections.pop(dsn, None)
+                conn.close()
+                raise
 
     def _connection(self, dsn: str) -> psycopg.Connection[Any]:
         conn = self._connections.get(dsn)

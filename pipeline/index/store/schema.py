@@ -10,6 +10,7 @@ from psycopg import sql
 from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.index.store import catalog
 from shardfuse.pipeline.index.store.change_log import CHANGE_COLUMN_DDL, CHANGE_INDEX, CHANGE_INDEX_DDL
+from shardfuse.pipeline.index.store.lexical_publication import LEXICAL_DDL, LEXICAL_STORAGE_DDL
 from shardfuse.pipeline.index.store.vector_index import BuildSettings, create_index_sql, index_state_ddl, is_deferred
 from shardfuse.pipeline.index.store.vector_types import VectorType, choose, column_type
 
@@ -172,6 +173,7 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
         ddl = sql.SQL(_SHARD_DDL).format(schema=sql.Identifier(schema), dimensions=sql.Literal(dimensions),
                                          vector_type=sql.SQL(vector_type))
         conn.execute(ddl)
+        _ensure_lexical_tables(conn, schema)
         for table, added in (("chunks", _ADDED_CHUNK_COLUMNS), ("documents", _ADDED_DOCUMENT_COLUMNS)):
             for column, statement in added.items():
                 if column_typmod(conn, schema, column, table=table) is None:
@@ -184,6 +186,15 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
         if not is_deferred(conn, schema):
             conn.execute(create_index_sql(schema, build, concurrently=False, vector_type=vector_type))
     return vector_type
+
+
+def _ensure_lexical_tables(conn: psycopg.Connection[object], schema: str) -> None:
+    """The tables the shard's BM25 index is published in (:mod:`.lexical_publication`), created with the shard or
+    added to one created before them."""
+    if conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."lexical_files"',)).fetchone() != (None,):
+        return
+    conn.execute(sql.SQL(LEXICAL_DDL).format(schema=sql.Identifier(schema)))
+    conn.execute(sql.SQL(LEXICAL_STORAGE_DDL).format(schema=sql.Identifier(schema)))
 
 
 def ensure_shared_schema(conn: psycopg.Connection[object]) -> None:

@@ -1,0 +1,139 @@
+"""BM25 indexes published in PostgreSQL (pipeline/index/store/lexical_publication.py) and followed by nodes that
+share no directory (pipeline/index/lexical/mirror.py, follower.py): each "node" below is its own temporary
+directory; only the shard's database is shared."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import fakeredis
+import pytest
+
+from shardfuse.pipeline.core.documents import Chunk
+from shardfuse.pipeline.core.events import Op, WriteEvent
+from shardfuse.pipeline.embed.providers import HashingEmbedder
+from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer, read_manifest
+from shardfuse.pipeline.index.lexical.follower import IndexFollower
+from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.lexical.mirror import UPLOAD_STAMP, ShardMirror
+from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
+from shardfuse.pipeline.index.store.lexical_publication import PART_BYTES, PostgresLexicalPublication
+from shardfuse.pipeline.index.store.schema import shard_schema
+from tests.integration.conftest import Stack, scratch_store
+
+pytestmark = pytest.mark.integration
+DIM = 16
+EMBED = HashingEmbedder(DIM)
+
+
+@pytest.fixture
+def store(stack: Stack) -> Iterator[ShardStore]:
+    with scratch_store(stack, "published", dimensions=DIM) as shard:
+        yield shard
+
+
+def _write(path: str, seq: int, text: str) -> DocumentChange:
+    event = WriteEvent(op=Op.WRITE, zone="z", path=path, content_hash="sha256:" + "1" * 64, seq=seq)
+    return DocumentChange(event=event, status=DocStatus.INDEXED, chunks=(Chunk(0, text, 0, len(text), 1, 1, 2),),
+                          embeddings=EMBED.embed_documents([text]), line_count=1)
+
+
+def _mirror(root: Path, store: ShardStore) -> ShardMirror:
+    published = PostgresLexicalPublication(store.pool, store.shard, schema=shard_schema(store.shard))
+    return ShardMirror(root, published)
+
+
+def _builder(root: Path, store: ShardStore) -> ShardIndexer:
+    return ShardIndexer(root=root, shard=store.shard, store=store, freshness=Bm25Freshness(fakeredis.FakeRedis()),
+                        tokenizer=Tokenizer(), publishing=_mirror(root, store))
+
+
+def _paths(root: Path, store: ShardStore, word: str) -> set[str]:
+    hits = LexicalShardReader(root, store.shard).search(word, zone="z", k=50)
+    return {r.path for r in store.fetch_chunks([h.chunk_id for h in hits], zone="z").values()}
+
+
+def test_a_node_with_an_empty_directory_serves_what_another_node_published(store: ShardStore, tmp_path: Path) -> None:
+    builder_dir, query_dir = tmp_path / "maintenance-a", tmp_path / "query-b"
+    store.apply([_write(f"doc-{i}.txt", 1, f"common words {i} wombat" if i % 3 == 0 else f"common words {i}")
+                 for i in range(30)])
+    assert _builder(builder_dir, store).update()["kind"] == "merge"
+
+    follower = IndexFollower([_mirror(query_dir, store)], interval_s=0.05)
+    assert not follower.ready
+    follower.sync()
+    assert follower.ready and follower.status()["shards"][store.shard]["installed"].startswith("gen_")
+    assert _paths(query_dir, store, "wombat") == _paths(builder_dir, store, "wombat") == {
+        f"doc-{i}.txt" for i in range(0, 30, 3)}
+    assert read_manifest(query_dir, store.shard) == read_manifest(builder_dir, store.shard)
+
+    # A delta published by the builder reaches the query node on its next round.
+    store.apply([_write("late.txt", 1, "wombat arrives late"), _write("doc-0.txt", 2, "no longer about it")])
+    assert _builder(builder_dir, store).update()["kind"] == "delta"
+    follower.sync()
+    assert _paths(query_dir, store, "wombat") == {"late.txt"} | {f"doc-{i}.txt" for i in range(3, 30, 3)}
+
+
+def test_a_new_maintenance_node_continues_with_deltas(store: ShardStore, tmp_path: Path) -> None:
+    store.apply([_write(f"doc-{i}.txt", 1, f"alpha {i}") for i in range(20)])
+    assert _builder(tmp_path / "old-node", store).update()["kind"] == "merge"
+    store.apply([_write("one.txt", 1, "kiwi one")])
+    assert _builder(tmp_path / "old-node", store).update()["kind"] == "delta"
+
+    # The old node is gone; a new one on an empty directory fetches the generation and its delta, and
+    # builds the next delta on them instead of rebuilding the shard.
+    store.apply([_write("two.txt", 1, "kiwi two")])
+    fresh = tmp_path / "new-node"
+    result = _builder(fresh, store).update()
+    assert result["kind"] == "delta", result
+    query_dir = tmp_path / "query"
+    _mirror(query_dir, store).follow()
+    assert _paths(query_dir, store, "kiwi") == {"one.txt", "two.txt"}
+
+
+def test_a_stale_local_copy_under_a_published_name_is_fetched_again(store: ShardStore, tmp_path: Path) -> None:
+    store.apply([_write(f"doc-{i}.txt", 1, f"beta {i}") for i in range(10)])
+    builder = _builder(tmp_path / "builder", store)
+    manifest_name = builder.update()["generation"]
+    query_dir = tmp_path / "query"
+    mirror = _mirror(query_dir, store)
+    manifest = mirror.follow()
+    assert manifest is not None and manifest.generation == manifest_name
+    # The node restarts with a directory of that name from another upload (its cache outlived a database
+    # restored from a backup, say): the name alone does not make it the published copy.
+    copy = query_dir / f"shard_{store.shard}" / manifest.directory
+    (copy / UPLOAD_STAMP).write_text("another-upload")
+    (copy / "chunk_ids.npy").write_bytes(b"garbage")
+    (query_dir / f"shard_{store.shard}" / "MANIFEST.json").unlink()
+    mirror.follow()
+    assert (copy / UPLOAD_STAMP).read_text() != "another-upload"
+    assert len(_paths(query_dir, store, "beta")) == 10
+
+
+def test_shared_storage_keeps_only_what_readers_may_still_need(store: ShardStore, tmp_path: Path) -> None:
+    builder = _builder(tmp_path / "builder", store)
+    for round_ in range(5):
+        store.apply([_write(f"r{round_}-{i}.txt", 1, f"gamma {round_} {i}") for i in range(5)])
+        builder.update()
+        builder.merge()
+    published = PostgresLexicalPublication(store.pool, store.shard, schema=shard_schema(store.shard))
+    generations = [s for s in published.segments() if s.startswith("gen_")]
+    assert len(generations) <= 2, generations
+    manifest = published.manifest()
+    assert manifest is not None and manifest.directory in generations
+
+
+def test_files_larger_than_a_part_round_trip(store: ShardStore, tmp_path: Path) -> None:
+    source = tmp_path / "segment"
+    source.mkdir()
+    big = bytes(range(256)) * ((PART_BYTES * 2 + 12345) // 256)
+    (source / "big.bin").write_bytes(big)
+    (source / "empty.bin").write_bytes(b"")
+    published = PostgresLexicalPublication(store.pool, store.shard, schema=shard_schema(store.shard))
+    upload = published.upload("gen_99", source)
+    target = tmp_path / "fetched"
+    target.mkdir()
+    assert published.fetch("gen_99", target) == upload == published.upload_of("gen_99")
+    assert (target / "big.bin").read_bytes() == big and (target / "empty.bin").read_bytes() == b""
