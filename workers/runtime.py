@@ -23,9 +23,10 @@ from shardfuse.pipeline.core.errors import TransientError
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.embed.batcher import EmbedBatcher
 from shardfuse.pipeline.embed.providers import Embedder, build_embedder, request_batch_size
-from shardfuse.pipeline.embed.query_cache import CachedQueryEmbedder
-from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer
+from shardfuse.pipeline.index.lexical import Tokenizer
+from shardfuse.pipeline.index.lexical.follower import IndexFollower
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.maintenance import shard_mirror
 from shardfuse.pipeline.index.store import ShardPools, ShardStore
 from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
 from shardfuse.pipeline.index.store.connections import pooled_connection
@@ -34,13 +35,12 @@ from shardfuse.pipeline.index.store.schema import ensure_shared_schema
 from shardfuse.pipeline.index.store.vector_index import DeferPolicy
 from shardfuse.pipeline.ingest.context.factory import build_contextualizer
 from shardfuse.pipeline.ingest.context.llm import LlmContextualizer
-from shardfuse.pipeline.storage.cas import LocalContentStore
-from shardfuse.query.expansion.expander import QueryExpander, RedisExpansionCache
-from shardfuse.query.result_cache import RedisResultCache
+from shardfuse.pipeline.storage.cas import ContentStore
+from shardfuse.pipeline.storage.opening import open_content_store
 from shardfuse.query.search import SearchService
-from shardfuse.query.shard_legs import StoreShardSearcher
 from shardfuse.workers.embedding_models import EmbeddingModels, build_stage
 from shardfuse.workers.names import Queue
+from shardfuse.workers.searching import build_searcher
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -95,8 +95,8 @@ class WorkerRuntime:
         return self._once("_shared_pool", build)
 
     @property
-    def cas(self) -> LocalContentStore:
-        return self._once("_cas", lambda: LocalContentStore(self.settings.cas_root))
+    def cas(self) -> ContentStore:
+        return self._once("_cas", lambda: open_content_store(self.settings))
 
     @property
     def counter(self) -> TokenCounter:
@@ -183,31 +183,23 @@ class WorkerRuntime:
         return self._once("_batcher", build)
 
     @property
-    def searcher(self) -> SearchService:
-        def build() -> SearchService:
-            q = self.settings.query
-            shards = []
-            for store in self.stores:
-                lexical = LexicalShardReader(self.settings.bm25_root, store.shard, tokenizer=self.lexical_tokenizer)
-                lexical.refresh()  # map the published generation now, not on the first query
-                shards.append(StoreShardSearcher(store=store, lexical=lexical, ef_search=q.hnsw_ef_search))
-            return SearchService(
-                shards=shards,
-                embedder=self.embedder,
-                # Repeated queries skip the model: a per-process LRU, then Redis shared by every query worker.
-                cached_embedder=CachedQueryEmbedder.from_settings(self.embedder, self.settings.embedder,
-                                                                  redis=self.redis),
-                settings=q,
-                cache=RedisResultCache.from_settings(self.redis, q) if q.result_cache_ttl_s else None,
-                write_versions=lambda: self.freshness.dirty_versions(self.settings.shards),
-                # Builds its HTTP client on first use; with expansion disabled it answers "skipped" at once.
-                expander=QueryExpander(settings=q.expansion, cache=RedisExpansionCache(
-                    self.redis, max_entries=q.expansion.cache_max_entries,
-                    max_entry_bytes=q.expansion.cache_max_entry_bytes)),
-                models=self.models,
-            )
+    def bm25_follower(self) -> IndexFollower:
+        """This node's copy of every shard's published BM25 index, kept in step (started by :attr:`searcher`)."""
+        return self._once("_bm25_follower", lambda: IndexFollower(
+            [shard_mirror(self.settings, store) for store in self.stores],
+            interval_s=self.settings.bm25.follow_interval_s))
 
-        return self._once("_searcher", build)
+    def readiness(self) -> dict[str, Any]:
+        """Whether this process can answer its queues' tasks completely: for queries, whether every shard's
+        BM25 index has been fetched (``shardfuse ping`` reports it)."""
+        follower = self.__dict__.get("_bm25_follower")
+        if follower is None:
+            return {"ready": "_searcher" in self.__dict__, "bm25": "not fetched yet"}
+        return {**follower.status(), "ready": follower.ready and "_searcher" in self.__dict__}
+
+    @property
+    def searcher(self) -> SearchService:
+        return self._once("_searcher", lambda: build_searcher(self))
 
     def warm_up(self, queues: Iterable[str]) -> list[str]:
         """Create what the given queues' tasks need, so the first task does not pay for it. Each piece is
@@ -249,6 +241,9 @@ class WorkerRuntime:
     def close(self) -> None:
         self._closed.set()
         with self._lock:
+            follower = self.__dict__.pop("_bm25_follower", None)
+            if follower is not None:
+                follower.stop()
             for name in ("_batcher", "_searcher", "_models", "_contextualizer", "_heartbeat"):
                 if name in self.__dict__:
                     self.__dict__.pop(name).close()
@@ -273,6 +268,13 @@ class RuntimeHolder:
                 self._runtime = WorkerRuntime(self.settings)
                 self._pid = os.getpid()
             return self._runtime
+
+    def readiness(self) -> dict[str, Any]:
+        """This process's runtime's :meth:`WorkerRuntime.readiness`; ``{"ready": None}`` when it runs no tasks
+        itself (a prefork pool's parent: its children do)."""
+        with self._lock:
+            runtime = self._runtime if self._pid == os.getpid() else None
+        return runtime.readiness() if runtime is not None else {"ready": None}
 
     def close(self) -> None:
         with self._lock:

@@ -1,10 +1,11 @@
 """Keeping secrets out of what people and logs see.
 
 The secrets of a deployment are the passwords inside ``broker.url``, ``broker.result_backend``,
-``postgres.dsn`` and ``postgres.shard_dsns``, the embedder's and the chat models' API keys and the Flower
-password. URLs and DSNs are shown with their password replaced by :data:`MASK` (the user name, host, port
-and database stay: they are what an operator needs to see). :func:`secret_values` lists every secret of a
-settings object, for scrubbing free text and for tests that look for leaks.
+``postgres.dsn`` and ``postgres.shard_dsns``, the embedder's and the chat models' API keys, the Flower
+password and the object store's secret key. URLs and DSNs are shown with their password replaced by
+:data:`MASK` (the user name, host, port and database stay: they are what an operator needs to see).
+:func:`secret_values` lists every secret of a settings object, for scrubbing free text and for tests that
+look for leaks.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def secret_values(settings: Any) -> list[str]:
         settings.context.api_key.get_secret_value(),
         settings.query.expansion.api_key.get_secret_value(),
         settings.flower.password.get_secret_value(),
+        settings.cas.s3.secret_access_key.get_secret_value(),
     ]
     return list(dict.fromkeys(value for value in found if value))
 

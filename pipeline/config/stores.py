@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from shardfuse.pipeline.config.cas_location import FileLocation, S3Location, S3Settings, parse_cas_url
 from shardfuse.pipeline.config.redaction import redact_dsn, redact_url
 from shardfuse.pipeline.config.section import Section as _Section
 
@@ -59,8 +60,25 @@ class PostgresSettings(_Section):
 
 
 class CasSettings(_Section):
-    # Relative paths are taken under ``data_dir``.
+    """Where content lives (:mod:`shardfuse.pipeline.config.cas_location`; opened by
+    :func:`shardfuse.pipeline.storage.opening.open_content_store`)."""
+
+    # "" is the folder ``root``; else file:///absolute/path or s3://bucket[/prefix] (then [cas.s3] applies).
+    url: str = ""
+    # The folder of url = "": relative paths are taken under ``data_dir``.
     root: Path = Path("cas")
+    s3: S3Settings = S3Settings()
+
+    @field_validator("url")
+    @classmethod
+    def _known_url(cls, url: str) -> str:
+        parse_cas_url(url)  # a bad URL fails at load, with the forms it may take
+        return url
+
+    @property
+    def location(self) -> FileLocation | S3Location | None:
+        """``url`` parsed; None for the folder ``root``."""
+        return parse_cas_url(self.url)
 
 
 VectorStorage = Literal["auto", "vector", "halfvec"]
@@ -86,8 +104,11 @@ class VectorIndexSettings(_Section):
 
 
 class Bm25Settings(_Section):
-    # Relative paths are taken under ``data_dir``.
+    # This node's local copy of every shard's BM25 index (a cache: the indexes are published in each shard's
+    # PostgreSQL schema, and a node with an empty directory fetches them). Relative paths are under ``data_dir``.
     dir: Path = Path("bm25")
+    # How often a query worker asks whether a new generation or delta was published (and fetches it).
+    follow_interval_s: float = Field(default=0.1, gt=0, le=60)
     k1: float = 1.5
     b: float = 0.75
     # English Snowball stemming of BM25 tokens (index and query alike; changing it rebuilds the indexes).

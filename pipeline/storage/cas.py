@@ -12,14 +12,17 @@ permission, a network filesystem gone) is a
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
-from shardfuse.pipeline.core.durable_files import atomic_write_bytes
+from shardfuse.pipeline.core.durable_files import atomic_write_bytes, fsync_dir
 from shardfuse.pipeline.core.errors import ContentNotFoundError, PermanentError, StoreUnavailableError
 from shardfuse.pipeline.core.events import hex_digest
+from shardfuse.pipeline.storage.streams import copy_hashing, copy_verified, read_chunks
 
 
 def hash_content(data: bytes) -> str:
@@ -45,6 +48,16 @@ class ContentStore(Protocol):
     def size(self, content_hash: str) -> int:
         """How many bytes are stored under ``content_hash`` (without reading them);
         :class:`ContentNotFoundError` if there are none."""
+        ...
+
+    def put_file(self, path: Path) -> str:
+        """Store the content of the file ``path`` (idempotent) and return its hash, streamed: memory stays
+        bounded whatever the file's size. The file must not change meanwhile (a change is an error)."""
+        ...
+
+    def copy_to(self, content_hash: str, out: BinaryIO) -> int:
+        """Write the content stored under ``content_hash`` to ``out``, streamed and verified against the hash
+        on the way; return its size. On an error ``out`` may hold part of it: discard what was written."""
         ...
 
 
@@ -104,6 +117,34 @@ class LocalContentStore:
         with self._filesystem("stat", content_hash, reading=True):
             return path.stat().st_size
 
+    def put_file(self, path: Path) -> str:
+        """Store the file ``path``: copied (and hashed in the same pass) to a temporary file under ``root``,
+        then renamed into place unless that content is there already."""
+        with open(path, "rb") as source, self._filesystem("write", str(path)):
+            self._root.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".tmp", dir=self._root)
+            try:
+                os.fchmod(fd, 0o644)  # as atomic_write_bytes: readable by workers running as another user
+                with os.fdopen(fd, "wb") as out:
+                    name, _ = copy_hashing(read_chunks(source), out)
+                    out.flush()
+                    os.fsync(out.fileno())
+                target = self.path_for(name)
+                if target.is_file():
+                    return name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp_name, target)
+                fsync_dir(target.parent)
+                return name
+            finally:
+                Path(tmp_name).unlink(missing_ok=True)
+
+    def copy_to(self, content_hash: str, out: BinaryIO) -> int:
+        """Copy the file of ``content_hash`` to ``out`` in chunks, verifying the hash."""
+        path = self.path_for(content_hash)
+        with self._filesystem("read", content_hash, reading=True), open(path, "rb") as source:
+            return copy_verified(read_chunks(source), out, content_hash=content_hash, where=f"file {path}")
+
     @contextmanager
     def _filesystem(self, action: str, content_hash: str, *, reading: bool = False) -> Iterator[None]:
         """The filesystem's errors as ours: a missing file, when ``reading``, is content the CAS does not
@@ -150,6 +191,15 @@ class InMemoryContentStore:
             return len(self._blobs[content_hash])
         except KeyError as exc:
             raise ContentNotFoundError(_not_found("the in-memory CAS", content_hash)) from exc
+
+    def put_file(self, path: Path) -> str:
+        """Store the content of the file ``path``."""
+        return self.put(path.read_bytes())
+
+    def copy_to(self, content_hash: str, out: BinaryIO) -> int:
+        """Write the content of ``content_hash`` to ``out``."""
+        data = self.get(content_hash)
+        return copy_verified([data], out, content_hash=content_hash, where="in memory")
 
 
 def _not_found(where: str, content_hash: str) -> str:

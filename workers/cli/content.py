@@ -13,7 +13,7 @@ from shardfuse.pipeline.admin.publisher import Publisher
 from shardfuse.pipeline.admin.sources import iter_source_files
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import PermanentError
-from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.pipeline.storage.opening import open_content_store
 from shardfuse.workers.publishing import CeleryEventSink
 
 
@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 def run_publish(args: argparse.Namespace, settings: Settings) -> int:
     files = list(iter_source_files(args.paths))
     with CeleryEventSink.connect(settings) as sink:
-        publisher = Publisher(cas=LocalContentStore(settings.cas_root), sink=sink)
+        publisher = Publisher(cas=open_content_store(settings), sink=sink)
         total = 0
         failed: list[str] = []
         for source in tqdm(files, desc=f"publishing to zone {args.zone}", unit="file",
@@ -65,7 +65,7 @@ def run_delete(args: argparse.Namespace, settings: Settings) -> int:
         else:
             names.append(raw)
     with CeleryEventSink.connect(settings) as sink:
-        publisher = Publisher(cas=LocalContentStore(settings.cas_root), sink=sink)
+        publisher = Publisher(cas=open_content_store(settings), sink=sink)
         for name in tqdm(names, desc=f"deleting from zone {args.zone}", unit="file"):
             publisher.delete(zone=args.zone, path=name)
     print(f"published {len(names)} delete(s) to zone {args.zone!r}")

@@ -16,7 +16,7 @@ from shardfuse.pipeline.admin.publisher import Publisher
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.index.store import ShardPools, ShardStore
-from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.pipeline.storage.opening import open_content_store
 from shardfuse.query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k
 from shardfuse.query.fusion import Fusion
 from shardfuse.query.request import Mode
@@ -111,7 +111,7 @@ def _index(data: BeirDataset, *, zone: str, settings: Settings, republish: bool,
         total = len(data.corpus)
         if republish or _settled(stores, zone) != total:
             with CeleryEventSink.connect(settings) as sink:
-                publisher = Publisher(cas=LocalContentStore(settings.cas_root), sink=sink)
+                publisher = Publisher(cas=open_content_store(settings), sink=sink)
                 for doc in tqdm(data.corpus, desc=f"publishing {data.name} to zone {zone}", unit="doc"):
                     publisher.write(zone=zone, path=doc.doc_id, data=doc.content.encode("utf-8"))
         else:

@@ -26,7 +26,7 @@ from shardfuse.pipeline.admin.reconcile import (
 )
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.index.store import ShardPools
-from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.pipeline.storage.opening import open_content_store
 from shardfuse.workers.publishing import CeleryEventSink
 
 _BARS = {Stage.WALK: ("files walked", "file"), Stage.COMPARE: ("documents compared", "doc"),
@@ -72,7 +72,7 @@ def run_reconcile(args: argparse.Namespace, settings: Settings) -> int:
             report = reconcile(args.directory, zone=args.zone, index=index, publisher=None, progress=progress)
         else:
             with CeleryEventSink.connect(settings) as sink:
-                publisher = Publisher(cas=LocalContentStore(settings.cas_root), sink=sink)
+                publisher = Publisher(cas=open_content_store(settings), sink=sink)
                 report = reconcile(args.directory, zone=args.zone, index=index, publisher=publisher,
                                    progress=progress)
             messages = sink.messages
