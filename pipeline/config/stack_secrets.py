@@ -1,4 +1,5 @@
-"""The embedded stack's passwords: generated once per data dir, kept in ``<data_dir>/stack-secrets.json``.
+"""The embedded stack's passwords and S3 keys: generated once per data dir, kept in
+``<data_dir>/stack-secrets.json``.
 
 ``shardfuse up`` makes the file the first time it runs on a data dir (mode 0600, random passwords from
 :mod:`secrets`) and reuses it ever after; Redis then requires its password and PostgreSQL its password over
@@ -9,7 +10,11 @@ and Flower that ``up`` starts get them in the resolved settings it hands them.
 A password is filled in only where the settings point at the stack of this data dir and give none:
 ``broker.url`` / ``broker.result_backend`` (``redis://``, a loopback host, the port the stack's Redis last
 served) and ``postgres.dsn`` / ``postgres.shard_dsns`` (a loopback host, the port its PostgreSQL last
-served). A password written in the settings always wins; another server on loopback is left alone.
+served). The S3 keys of the embedded object store likewise: into ``cas.s3`` where ``cas.url`` is ``s3://`` and
+``cas.s3.endpoint_url`` is the loopback port that store last served, with no keys given. Keys or a password
+written in the settings always win; another server on loopback is left alone.
+
+A file written before the object store existed (no ``s3`` entry) still loads; the next ``up`` adds keys.
 """
 
 from __future__ import annotations
@@ -22,15 +27,18 @@ import secrets
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg.conninfo
+from pydantic import SecretStr
 
+from shardfuse.pipeline.config.cas_location import S3Location
 from shardfuse.pipeline.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from shardfuse.pipeline.config.settings import Settings
+    from shardfuse.pipeline.config.stores import CasSettings
 
 SECRETS_FILE = "stack-secrets.json"
 FORMAT_VERSION = 1
@@ -39,16 +47,29 @@ PASSWORD_BYTES = 32
 DEFAULT_REDIS_PORT = 6379
 DEFAULT_POSTGRES_PORT = 5432
 LOCALHOST_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+# S3 access key ids are 20 upper-case letters and digits on AWS: "SF" and 9 random bytes in upper-case hex.
+ACCESS_KEY_BYTES = 9
+
+
+@dataclass(frozen=True)
+class ObjectStoreKeys:
+    """The embedded object store's S3 keys, and the S3 port it last served (0: it never ran)."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    port: int = 0
 
 
 @dataclass(frozen=True)
 class StackSecrets:
-    """The passwords of one data dir's Redis and PostgreSQL, and the ports those servers last listened on."""
+    """The passwords of one data dir's Redis and PostgreSQL, and the ports those servers last listened on;
+    the object store's keys (None in a file written before it existed)."""
 
     redis_password: str = field(repr=False)
     postgres_password: str = field(repr=False)
     redis_port: int
     postgres_port: int
+    object_store: ObjectStoreKeys | None = None
 
 
 def secrets_file(data_path: Path) -> Path:
@@ -72,6 +93,7 @@ def load_stack_secrets(data_path: Path) -> StackSecrets | None:
         return StackSecrets(
             redis_password=_text(data["redis"]["password"]), postgres_password=_text(data["postgres"]["password"]),
             redis_port=int(data["redis"]["port"]), postgres_port=int(data["postgres"]["port"]),
+            object_store=_object_store_keys(data.get("s3")),
         )  # fmt: skip
     except (ValueError, TypeError, KeyError) as exc:
         # Never the content: it is the passwords.
@@ -81,11 +103,14 @@ def load_stack_secrets(data_path: Path) -> StackSecrets | None:
         ) from None
 
 
-def ensure_stack_secrets(data_path: Path, *, redis_port: int, postgres_port: int) -> tuple[StackSecrets, bool]:
-    """The passwords of the stack in ``data_path``, generated (and True) if it has none yet.
+def ensure_stack_secrets(data_path: Path, *, redis_port: int, postgres_port: int,
+                         s3_port: int | None = None) -> tuple[StackSecrets, bool]:
+    """The passwords and S3 keys of the stack in ``data_path``, generated (and True) if it has none yet; S3
+    keys are added to a file that has none.
 
-    The ports the stack now serves are recorded with them. The file is (re)written atomically with mode 0600;
-    the caller holds the data dir's lock (two ``up`` calls never write it at once).
+    The ports the stack now serves are recorded with them (``s3_port`` None: the object store does not run,
+    and the port recorded before is kept). The file is (re)written atomically with mode 0600; the caller
+    holds the data dir's lock (two ``up`` calls never write it at once).
     """
     current = load_stack_secrets(data_path)
     created = current is None
@@ -95,7 +120,10 @@ def ensure_stack_secrets(data_path: Path, *, redis_port: int, postgres_port: int
                                      "run `shardfuse up` as the user who owns the data dir")
         current = StackSecrets(redis_password=new_password(), postgres_password=new_password(),
                                redis_port=redis_port, postgres_port=postgres_port)  # fmt: skip
-    wanted = replace(current, redis_port=redis_port, postgres_port=postgres_port)
+    keys = current.object_store or ObjectStoreKeys(access_key_id=new_access_key(), secret_access_key=new_password())
+    if s3_port is not None:
+        keys = replace(keys, port=s3_port)
+    wanted = replace(current, redis_port=redis_port, postgres_port=postgres_port, object_store=keys)
     path = secrets_file(data_path)
     if wanted != current or created:
         _write_private(path, _to_json(wanted))
@@ -107,6 +135,11 @@ def ensure_stack_secrets(data_path: Path, *, redis_port: int, postgres_port: int
 def new_password() -> str:
     """A fresh random password (43 URL-safe characters)."""
     return secrets.token_urlsafe(PASSWORD_BYTES)
+
+
+def new_access_key() -> str:
+    """A fresh S3 access key id (20 upper-case letters and digits, as AWS's look)."""
+    return "SF" + secrets.token_hex(ACCESS_KEY_BYTES).upper()
 
 
 def with_stack_secrets(settings: Settings) -> Settings:
@@ -128,9 +161,37 @@ def apply_stack_secrets(settings: Settings, found: StackSecrets) -> Settings:
         "shard_dsns": [dsn_with_password(dsn, found.postgres_password, port=found.postgres_port)
                        for dsn in settings.postgres.shard_dsns],
     })  # fmt: skip
-    if broker == settings.broker and postgres == settings.postgres:
+    cas = cas_with_keys(settings, found.object_store)
+    if broker == settings.broker and postgres == settings.postgres and cas == settings.cas:
         return settings
-    return settings.model_copy(update={"broker": broker, "postgres": postgres})
+    return settings.model_copy(update={"broker": broker, "postgres": postgres, "cas": cas})
+
+
+def cas_with_keys(settings: Settings, keys: ObjectStoreKeys | None) -> CasSettings:
+    """``settings.cas`` with ``keys``, if ``cas.url`` is ``s3://`` with ``cas.s3.endpoint_url`` an
+    ``http://`` loopback address at the port the embedded object store last served, and no keys given; else
+    ``settings.cas`` unchanged."""
+    s3 = settings.cas.s3
+    if keys is None or not keys.port or s3.access_key_id or s3.secret_access_key.get_secret_value():
+        return settings.cas
+    if not isinstance(settings.cas.location, S3Location) or embedded_s3_port(s3.endpoint_url) != keys.port:
+        return settings.cas
+    filled = s3.model_copy(update={"access_key_id": keys.access_key_id,
+                                   "secret_access_key": SecretStr(keys.secret_access_key)})  # fmt: skip
+    return settings.cas.model_copy(update={"s3": filled})
+
+
+def embedded_s3_port(endpoint_url: str) -> int | None:
+    """The port of ``endpoint_url`` if it is where the embedded object store would serve (``http://``, a
+    loopback host, an explicit port); else None."""
+    try:
+        parts = urlsplit(endpoint_url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme != "http" or not parts.hostname or not is_loopback(parts.hostname):
+        return None
+    return port
 
 
 def redis_url_with_password(url: str, password: str, *, port: int) -> str:
@@ -183,6 +244,8 @@ def _to_json(found: StackSecrets) -> str:
         "version": FORMAT_VERSION,
         "redis": {"password": found.redis_password, "port": found.redis_port},
         "postgres": {"password": found.postgres_password, "port": found.postgres_port},
+        **({"s3": {"access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key,
+                   "port": keys.port}} if (keys := found.object_store) else {}),
     }, indent=1) + "\n"  # fmt: skip
 
 
@@ -199,6 +262,14 @@ def _write_private(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
         raise
+
+
+def _object_store_keys(data: Any) -> ObjectStoreKeys | None:
+    """The ``s3`` entry; None where the file has none (written before the object store existed)."""
+    if data is None:
+        return None
+    return ObjectStoreKeys(access_key_id=_text(data["access_key_id"]),
+                           secret_access_key=_text(data["secret_access_key"]), port=int(data["port"]))
 
 
 def _text(value: object) -> str:

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from kombu.exceptions import KombuError
 from redis import RedisError
@@ -154,6 +155,24 @@ def answering_workers(broker_url: str, nodenames: Iterable[str], *, timeout: flo
     finally:
         app.close()
     return {node for reply in replies for node in reply} & set(wanted)
+
+
+def worker_readiness(broker_url: str, nodename: str, *, timeout: float = 1.0) -> dict[str, Any]:
+    """What ``nodename`` answers to ``shardfuse_ready`` (:mod:`shardfuse.workers.readiness`); ``{}`` when it does
+    not answer (an older worker, or gone since its ping)."""
+    app = control_app(broker_url)
+    try:
+        replies = app.control.broadcast("shardfuse_ready", destination=[nodename], reply=True,
+                                        timeout=timeout) or []
+    except (KombuError, RedisError, OSError):
+        return {}
+    finally:
+        app.close()
+    for reply in replies:
+        answer = reply.get(nodename)
+        if isinstance(answer, dict):
+            return answer
+    return {}
 
 
 def flower_ready(url: str, *, user: str, password: str) -> bool:

@@ -2,7 +2,9 @@
 
 Order matters both ways. Up: the servers first (workers and Flower connect to Redis at start), then the
 Celery processes. Down: workers first, so that in-flight tasks finish (or are re-queued) while Redis and
-PostgreSQL are still there to take their results; the servers last.
+PostgreSQL are still there to take their results; the servers last. The object store (SeaweedFS, holding the
+CAS) is one of the servers only when ``cas.url`` is ``s3://`` on this machine (:mod:`.cas_server`); with
+the default local CAS nothing of it runs.
 
 Workers and Flower run with exactly the settings ``up`` was given: they are written to
 ``<data_dir>/run/settings.json`` (mode 0600: secrets included) and named in the children's environment
@@ -23,7 +25,15 @@ from shardfuse.pipeline.config.handoff import write_settings_file
 from shardfuse.pipeline.config.redaction import redact_dsn, redact_url
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers.names import Queue
-from shardfuse.workers.stack import access, celery_processes, passwords, postgres_server, processes, redis_server
+from shardfuse.workers.stack import (
+    access,
+    cas_server,
+    celery_processes,
+    passwords,
+    postgres_server,
+    processes,
+    redis_server,
+)
 from shardfuse.workers.stack.addresses import StackAddresses
 from shardfuse.workers.stack.errors import StackError
 from shardfuse.workers.stack.launch import Launch, Progress, exclusive, spawn
@@ -32,9 +42,10 @@ from shardfuse.workers.stack.state import StackState, load_state, remove_state, 
 
 REDIS = redis_server.NAME
 POSTGRES = postgres_server.NAME
+OBJECT_STORE = cas_server.NAME
 FLOWER = celery_processes.FLOWER
 WORKERS: dict[str, Queue] = {celery_processes.worker_component(queue): queue for queue in Queue}
-SERVERS = (REDIS, POSTGRES)
+SERVERS = (REDIS, POSTGRES, OBJECT_STORE)
 CELERY = (*WORKERS, FLOWER)
 # Start order; ``down`` walks it backwards except that the servers stop last.
 COMPONENTS: tuple[str, ...] = (*SERVERS, *CELERY)
@@ -49,6 +60,7 @@ class _Plan:
     wanted: frozenset[str]
     addresses: StackAddresses
     deadline: float
+    object_store: cas_server.ObjectStoreTarget | None  # None: the CAS is not the stack's to serve
 
 
 def read_state(settings: Settings) -> StackState | None:
@@ -71,16 +83,20 @@ def up(
     is not ready within ``timeout`` seconds, ConfigurationError if an address is not loopback.
 
     The workers and Flower it starts run with ``settings`` exactly, however they were built, plus the data
-    dir's passwords (generated on its first ``up``, :mod:`.passwords`) where they name the stack without one.
+    dir's passwords and S3 keys (generated on its first ``up``, :mod:`.passwords`) where they name the stack
+    without one.
     """
-    wanted = _select(only)
+    target = cas_server.embedded_target(settings)
+    wanted = _select(only) - ({OBJECT_STORE} if target is None else set())
     addresses = StackAddresses.from_settings(settings)
     layout = StackLayout(settings.data_path)
     layout.create()
     access.protect_data_dir(layout, server_user=postgres_server.system_user())
     with exclusive(layout):
-        settings = passwords.stack_settings(settings, layout=layout, addresses=addresses, progress=progress)
-        plan = _Plan(settings=settings, wanted=wanted, addresses=addresses, deadline=time.monotonic() + timeout)
+        settings = passwords.stack_settings(settings, layout=layout, addresses=addresses, progress=progress,
+                                            s3_port=target.port if target else None)  # fmt: skip
+        plan = _Plan(settings=settings, wanted=wanted, addresses=addresses, deadline=time.monotonic() + timeout,
+                     object_store=target)  # fmt: skip
         launch = Launch(state=_current_state(settings, addresses=addresses, layout=layout), layout=layout,
                         progress=progress)
         _start_servers(launch, plan)
@@ -111,6 +127,8 @@ def _start_servers(launch: Launch, plan: _Plan) -> None:
             start=lambda: postgres_server.start_postgres(target=postgres_at, layout=layout),
         )
         passwords.refuse_open_postgres(layout, launch.state.components[POSTGRES].pid)
+    # Started while Redis and PostgreSQL boot; it returns once it serves S3.
+    _start_object_store(launch, plan)
     if REDIS in plan.wanted:
         launch.wait(REDIS, lambda: redis_server.redis_ready(redis_at, password=redis_password),
                     deadline=plan.deadline)  # fmt: skip
@@ -118,6 +136,19 @@ def _start_servers(launch: Launch, plan: _Plan) -> None:
         _prepare_database(launch, plan, password=pg_password)
         launch.wait(POSTGRES, lambda: postgres_server.postgres_ready(plan.settings.postgres.dsn),
                     deadline=plan.deadline)  # fmt: skip
+    if OBJECT_STORE in plan.wanted:
+        launch.wait(OBJECT_STORE, cas_server.bucket_ready(plan.settings, announce=launch.progress),
+                    deadline=plan.deadline)  # fmt: skip
+
+
+def _start_object_store(launch: Launch, plan: _Plan) -> None:
+    """SeaweedFS, when the settings' CAS is the stack's own S3 (see :mod:`.cas_server`)."""
+    target = plan.object_store
+    if target is None or OBJECT_STORE not in plan.wanted:
+        return
+    cas_server.refuse_moved(launch.state.components.get(OBJECT_STORE), target)
+    launch.ensure(OBJECT_STORE, start=lambda: cas_server.start(target, settings=plan.settings, layout=launch.layout,
+                                                                deadline=plan.deadline))  # fmt: skip
 
 
 def _start_celery(launch: Launch, plan: _Plan) -> None:
@@ -188,6 +219,7 @@ def _down(layout: StackLayout, *, timeout: float) -> list[str]:
         (list(WORKERS), timeout),
         ([FLOWER], min(timeout, FLOWER_STOP_TIMEOUT_S)),
         ([REDIS], timeout),
+        ([OBJECT_STORE], min(timeout, cas_server.STOP_GRACE_S)),  # weed lingers long after it has flushed
     ):
         running = [name for name in names if name in state.components and state.components[name].has_processes()]
         # SIGTERM to every group at once, so the pools shut down in parallel rather than one after another.

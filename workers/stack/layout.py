@@ -24,6 +24,7 @@ class StackLayout:
         <data_dir>/logs/<name>.log     one log per component
         <data_dir>/redis/              Redis append-only file
         <data_dir>/postgres/           PGDATA
+        <data_dir>/objects/            the object store's volumes and filer (an s3:// CAS on loopback only)
         <data_dir>/flower/flower.db    Flower's persistent state
     """
 
@@ -57,6 +58,11 @@ class StackLayout:
     @property
     def pgdata(self) -> Path:
         return self.data_dir / "postgres"
+
+    @property
+    def objects_dir(self) -> Path:
+        """SeaweedFS's data (created when it first starts: a stack with a local CAS has none)."""
+        return self.data_dir / "objects"
 
     @property
     def flower_db(self) -> Path:

@@ -1,6 +1,7 @@
-"""The embedded stack's passwords as ``shardfuse up`` sees them: generated on the first ``up`` of a data dir
-(:mod:`shardfuse.pipeline.config.stack_secrets` keeps them), put in the settings the launcher starts the servers
-and hands its workers with, and the switch-over of a data dir that an earlier shardfuse ran without them."""
+"""The embedded stack's passwords (and the object store's S3 keys) as ``shardfuse up`` sees them: generated on
+the first ``up`` of a data dir (:mod:`shardfuse.pipeline.config.stack_secrets` keeps them), put in the settings
+the launcher starts the servers and hands its workers with, and the switch-over of a data dir that an earlier
+shardfuse ran without them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ import re
 
 from shardfuse.pipeline.config.redaction import MASK
 from shardfuse.pipeline.config.settings import Settings
-from shardfuse.pipeline.config.stack_secrets import apply_stack_secrets, ensure_stack_secrets, secrets_file
+from shardfuse.pipeline.config.stack_secrets import (
+    apply_stack_secrets,
+    ensure_stack_secrets,
+    load_stack_secrets,
+    secrets_file,
+)
 from shardfuse.workers.stack import access
 from shardfuse.workers.stack.addresses import StackAddresses
 from shardfuse.workers.stack.errors import StackError
@@ -20,19 +26,24 @@ _MASKED = re.compile(r"(?P<head>://[^/@]*?):" + re.escape(MASK) + "@")
 
 
 def stack_settings(settings: Settings, *, layout: StackLayout, addresses: StackAddresses,
-                   progress: Progress) -> Settings:
-    """``settings`` with the data dir's passwords wherever they name the stack without one, the passwords
-    generated (and said so) on the data dir's first ``up``. Call it holding the data dir's lock."""
+                   progress: Progress, s3_port: int | None = None) -> Settings:
+    """``settings`` with the data dir's passwords (and S3 keys) wherever they name the stack without one, the
+    passwords generated (and said so) on the data dir's first ``up``. ``s3_port``: the embedded object store's,
+    if it is to run. Call it holding the data dir's lock."""
     used_before = (layout.pgdata / "PG_VERSION").exists() or any(layout.redis_dir.iterdir())
+    before = load_stack_secrets(layout.data_dir)
     found, created = ensure_stack_secrets(layout.data_dir, redis_port=addresses.redis.port,
-                                          postgres_port=addresses.postgres.endpoint.port)  # fmt: skip
+                                          postgres_port=addresses.postgres.endpoint.port, s3_port=s3_port)
     where = secrets_file(layout.data_dir)
+    if before is not None and before.object_store is None:
+        progress(f"shardfuse stack: added the object store's S3 keys to {where}")
     if created and used_before:
         progress(f"shardfuse stack: {layout.data_dir} ran without passwords (set up by an earlier shardfuse); "
                  f"upgrading it: Redis and PostgreSQL now require the passwords generated in {where} "
                  "(mode 0600), which shardfuse commands on this machine read from there")
     elif created:
-        progress(f"shardfuse stack: generated the Redis and PostgreSQL passwords in {where} (mode 0600)")
+        progress(f"shardfuse stack: generated the Redis and PostgreSQL passwords and the S3 keys in {where} "
+                 "(mode 0600)")
     return apply_stack_secrets(settings, found)
 
 

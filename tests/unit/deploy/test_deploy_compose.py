@@ -3,7 +3,8 @@
 The file must follow the Compose Specification (its JSON schema, as check-jsonschema bundles it), and what it
 hands shardfuse must be accepted at run time: commands parse with the real CLI parser, every ``SHARDFUSE_*``
 variable names a settings field, the mounted settings file loads, each worker pool has one service that
-stops no sooner than its tasks' hard limit, and no password is written in the file.
+stops no sooner than its tasks' hard limit, and no password is written in the file. The object store and
+the data dirs (nothing shared but the stores): test_deploy_compose_storage.py.
 """
 
 from __future__ import annotations
@@ -18,23 +19,30 @@ from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers.names import Queue
 from tests.support import redis_memory
+from tests.support.compose_file import (
+    COMPOSE,
+    COMPOSE_TOML,
+    CONFIG_TARGET,
+    DATA_DIR,
+    ENV_EXAMPLE,
+    INTERPOLATION,
+    is_named_volume,
+    load,
+    shardfuse_services,
+    strings,
+    volume_mounts,
+    worker_services,
+)
 from tests.support.deployment import QUEUES, check_config_file, check_env, cli_check, hard_limit_s
 from tests.support.paths import REPO
 
-COMPOSE = REPO / "docker-compose.yml"
-COMPOSE_TOML = REPO / "config" / "compose.toml"
-ENV_EXAMPLE = REPO / ".env.example"
-IMAGE = "shardfuse:latest"
-CONFIG_TARGET = "/etc/shardfuse/shardfuse.toml"
-DATA_DIR = "/var/lib/shardfuse"  # the image's SHARDFUSE_DATA_DIR (tests/unit/deploy/test_dockerfile.py checks it)
 SECRET_WORDS = re.compile(r"PASSWORD|SECRET|API_KEY|TOKEN", re.IGNORECASE)
-# ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error} …
-INTERPOLATION = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<op>:?[-?+])?(?P<arg>[^}]*)\}")
+# The stores every worker waits for (healthy) before it starts.
+STORES = {"redis", "postgres", "seaweedfs"}
 
 
 @pytest.fixture(scope="module")
@@ -47,40 +55,12 @@ def compose_settings() -> Settings:
     return check_config_file(COMPOSE_TOML)
 
 
-def load(path: Path) -> dict[str, Any]:
-    document = yaml.safe_load(path.read_text())
-    assert isinstance(document, dict), f"{path} is not a mapping"
-    return document
-
-
-def shardfuse_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The services that run the shardfuse image."""
-    return {name: service for name, service in compose["services"].items() if service.get("image") == IMAGE}
-
-
-def worker_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: service for name, service in compose["services"].items()
-            if (service.get("command") or [None])[0] == "worker"}  # fmt: skip
-
-
 def seconds(duration: str) -> float:
     """A Compose (Go) duration: ``90s``, ``1m30s``, ``1h``."""
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6}
     parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|m|s)", duration)
     assert parts and "".join(n + u for n, u in parts) == duration, f"not a duration: {duration!r}"
     return sum(float(number) * units[unit] for number, unit in parts)
-
-
-def strings(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """Every string of a YAML document (keys' values and list items) with its path."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from strings(value, f"{path}.{key}")
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from strings(value, f"{path}[{index}]")
-    elif isinstance(node, str):
-        yield path, node
 
 
 def mappings(node: Any) -> Iterator[dict[str, Any]]:
@@ -91,21 +71,6 @@ def mappings(node: Any) -> Iterator[dict[str, Any]]:
     elif isinstance(node, list):
         for value in node:
             yield from mappings(value)
-
-
-def volume_mounts(service: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """(source, target, read_only) of a service's short-syntax volumes."""
-    mounts = []
-    for entry in service.get("volumes", []):
-        assert isinstance(entry, str), f"long volume syntax is not checked here: {entry!r}"
-        # Split on the colons outside ${...} (``${SOURCE_DIR:-.}:/src:ro``).
-        source, target, *options = re.findall(r"(?:\$\{[^}]*\}|[^:$]|\$(?!\{))+", entry)
-        mounts.append((source, target, "ro" in options))
-    return mounts
-
-
-def is_named_volume(source: str) -> bool:
-    return not source.startswith((".", "/", "~", "$"))
 
 
 # -- the specification ------------------------------------------------------------------------------------
@@ -195,11 +160,11 @@ def test_worker_concurrency_is_the_pools_settings_variable(compose: dict[str, An
     assert f"SHARDFUSE_WORKERS__{queue.value.upper()}_CONCURRENCY" in service["environment"]
 
 
-def test_workers_wait_for_healthy_redis_and_postgres(compose: dict[str, Any]) -> None:
+def test_workers_wait_for_healthy_stores(compose: dict[str, Any]) -> None:
     for name, service in worker_services(compose).items():
         depends = service["depends_on"]
-        assert {key: value["condition"] for key, value in depends.items()} == {
-            "redis": "service_healthy", "postgres": "service_healthy"}, name  # fmt: skip
+        assert {key: value["condition"] for key, value in depends.items()} == dict.fromkeys(
+            STORES, "service_healthy"), name  # fmt: skip
 
 
 def test_workers_can_be_scaled(compose: dict[str, Any]) -> None:
@@ -220,7 +185,7 @@ def test_one_image_built_from_this_repository(compose: dict[str, Any]) -> None:
 
 
 def test_every_long_running_service_has_a_health_check(compose: dict[str, Any]) -> None:
-    expected = {"redis", "postgres", "flower", *worker_services(compose)}
+    expected = {*STORES, "flower", *worker_services(compose)}
     assert {name for name, service in compose["services"].items() if service.get("healthcheck", {}).get("test")} \
         >= expected
 
@@ -290,18 +255,7 @@ def test_flower_is_authenticated_persistent_and_published(compose: dict[str, Any
     assert f":{port}/healthcheck" in " ".join(flower["healthcheck"]["test"])
 
 
-# -- data and the cli ---------------------------------------------------------------------------------------
-
-
-def test_workers_and_cli_share_one_data_volume(compose: dict[str, Any]) -> None:
-    """The CAS and the BM25 shards are written by ingest, maintenance and the cli and read by query."""
-    sharing = {*worker_services(compose), "cli"}
-    sources = {}
-    for name in sharing:
-        mounted = [source for source, target, _ in volume_mounts(compose["services"][name]) if target == DATA_DIR]
-        assert len(mounted) == 1 and is_named_volume(mounted[0]), name
-        sources[name] = mounted[0]
-    assert len(set(sources.values())) == 1, sources
+# -- volumes and the cli -----------------------------------------------------------------------------------
 
 
 def test_named_volumes_are_declared_and_bind_mounts_exist(compose: dict[str, Any]) -> None:
@@ -310,7 +264,7 @@ def test_named_volumes_are_declared_and_bind_mounts_exist(compose: dict[str, Any
         for source, _, _ in volume_mounts(service):
             if is_named_volume(source):
                 assert source in declared, f"{name}: volume {source!r} is not declared"
-            elif not source.startswith("$"):
+            elif source and not source.startswith("$"):  # "" is an anonymous volume
                 assert (REPO / source).exists(), f"{name}: {source} does not exist"
 
 

@@ -2,7 +2,8 @@
 
 Rendering uses tests/support/kustomize.py (no kubectl on CI); where kubectl is installed, the last tests
 check that it renders the same objects. Kubernetes objects are validated offline against the schemas of
-the ``kubernetes-validate`` package, KEDA's against its vendored CRDs (tests/schemas/SOURCE.md).
+the ``kubernetes-validate`` package, KEDA's against its vendored CRDs (tests/schemas/SOURCE.md). Storage (no
+volume shared, the CAS in the object store): test_deploy_k8s_storage.py.
 """
 
 from __future__ import annotations
@@ -261,20 +262,6 @@ def test_every_volume_mount_has_a_volume_and_every_claim_exists(overlay: str) ->
                 assert volume["persistentVolumeClaim"]["claimName"] in claims, volume
             if "configMap" in volume:
                 assert volume["configMap"]["name"] in configmaps, volume
-
-
-@overlays
-def test_workers_share_the_data_volume_at_their_data_dir(overlay: str) -> None:
-    items = k8s.objects(overlay)
-    for (deployment,) in k8s.worker_pools(items).values():
-        pod = deployment["spec"]["template"]["spec"]
-        (container,) = pod["containers"]
-        data_dir = str(k8s.container_settings(container).data_dir)
-        mounts = [m for m in container["volumeMounts"] if m["mountPath"] == data_dir]
-        assert len(mounts) == 1, f"{deployment['metadata']['name']}: no volume at its data_dir {data_dir}"
-        (volume,) = [v for v in pod["volumes"] if v["name"] == mounts[0]["name"]]
-        claim = k8s.named(items, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
-        assert claim["metadata"]["name"] == "shardfuse-data" and "ReadWriteMany" in claim["spec"]["accessModes"]
 
 
 @overlays

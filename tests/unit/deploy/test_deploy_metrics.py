@@ -12,6 +12,7 @@ import yaml
 from shardfuse.pipeline.observability.multiprocess import MULTIPROC_DIR_ENV
 from shardfuse.workers.names import Queue
 from tests.support import k8s_objects as k8s
+from tests.support.compose_file import volume_mounts
 from tests.support.paths import REPO
 
 PORT_ENV = "SHARDFUSE_WORKERS__METRICS_PORT"
@@ -39,7 +40,7 @@ def test_every_compose_worker_pool_serves_its_metrics_from_a_directory_of_its_ow
         # In the container's own filesystem: a shared volume would let replicas empty each other's counts.
         directory = service["environment"][MULTIPROC_DIR_ENV]
         assert _under(directory, "/tmp"), name
-        targets = [str(v).split(":")[1] for v in service.get("volumes", [])]
+        targets = [mount.target for mount in volume_mounts(service)]
         assert not any(directory == t or _under(directory, t) for t in targets), name
     for name, service in services.items():
         if name not in workers:  # nothing else counts into a directory nobody empties or reads

@@ -21,6 +21,7 @@ def test_component_names() -> None:
     assert COMPONENTS == (
         "redis",
         "postgres",
+        "object-store",
         "worker-ingest",
         "worker-embed",
         "worker-maintenance",

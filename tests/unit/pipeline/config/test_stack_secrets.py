@@ -3,6 +3,7 @@ settings of every process that resolves them, only where those point at that sta
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -91,3 +92,57 @@ def test_a_damaged_file_is_a_clear_error_that_shows_nothing_of_it(tmp_path: Path
     with pytest.raises(ConfigurationError, match="damaged") as caught:
         load_settings(**_stack(tmp_path))
     assert "half-a-secret" not in str(caught.value)
+
+
+# -- the object store's S3 keys ------------------------------------------------------------------------------
+
+S3 = 18333
+
+
+def _s3_cas(endpoint: str, **s3: object) -> dict[str, object]:
+    return {"cas": {"url": "s3://shardfuse/cas", "s3": {"endpoint_url": endpoint, **s3}}}
+
+
+def test_a_file_from_before_the_object_store_loads_and_gets_keys_added(tmp_path: Path) -> None:
+    old = {"version": 1, "redis": {"password": "r" * 43, "port": REDIS}, "postgres": {"password": "p" * 43, "port": PG}}
+    secrets_file(tmp_path).write_text(json.dumps(old))
+    loaded = load_stack_secrets(tmp_path)
+    assert loaded is not None and loaded.object_store is None
+    found, created = ensure_stack_secrets(tmp_path, redis_port=REDIS, postgres_port=PG, s3_port=S3)
+    assert not created and (found.redis_password, found.postgres_password) == ("r" * 43, "p" * 43)
+    assert found.object_store is not None and found.object_store.port == S3
+    assert len(found.object_store.access_key_id) == 20 and len(found.object_store.secret_access_key) >= 40
+    assert found.object_store.secret_access_key not in repr(found)
+    assert load_stack_secrets(tmp_path) == found
+    assert stat.S_IMODE(secrets_file(tmp_path).stat().st_mode) == 0o600
+    # An `up` whose CAS is not the embedded store keeps the keys and the port last served.
+    again, _ = ensure_stack_secrets(tmp_path, redis_port=REDIS, postgres_port=PG)
+    assert again == found
+
+
+def test_settings_naming_the_embedded_object_store_get_its_keys(tmp_path: Path) -> None:
+    found, _ = ensure_stack_secrets(tmp_path, redis_port=REDIS, postgres_port=PG, s3_port=S3)
+    assert found.object_store is not None
+    for endpoint in (f"http://127.0.0.1:{S3}", f"http://localhost:{S3}/"):
+        s3 = load_settings(**_stack(tmp_path, **_s3_cas(endpoint))).cas.s3
+        assert (s3.access_key_id, s3.secret_access_key.get_secret_value()) == (
+            found.object_store.access_key_id, found.object_store.secret_access_key)
+    settings = load_settings(**_stack(tmp_path, **_s3_cas(f"http://127.0.0.1:{S3}")))
+    assert found.object_store.secret_access_key not in repr(settings)
+    assert read_settings_file(write_settings_file(settings, tmp_path / "run" / "settings.json")) == settings
+
+
+@pytest.mark.parametrize("cas", [
+    _s3_cas(f"http://127.0.0.1:{S3}", access_key_id="mine", secret_access_key="given"),  # its own keys win
+    _s3_cas(f"http://127.0.0.1:{S3 + 10}"),                  # another store on loopback
+    _s3_cas(f"https://127.0.0.1:{S3}"),                      # not the embedded store's scheme
+    _s3_cas(f"http://minio.internal:{S3}"),                  # not this machine
+    _s3_cas(""),                                            # AWS S3
+    {"cas": {"s3": {"endpoint_url": f"http://127.0.0.1:{S3}"}}},  # the local folder CAS
+])  # fmt: skip
+def test_other_object_stores_are_left_alone(tmp_path: Path, cas: dict[str, object]) -> None:
+    ensure_stack_secrets(tmp_path, redis_port=REDIS, postgres_port=PG, s3_port=S3)
+    given = load_settings(**{**_stack(tmp_path), **cas}).cas.s3
+    expected = cas["cas"]["s3"]  # type: ignore[index]
+    assert given.access_key_id == expected.get("access_key_id", "")
+    assert given.secret_access_key.get_secret_value() == expected.get("secret_access_key", "")
