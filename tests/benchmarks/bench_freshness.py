@@ -1,17 +1,17 @@
 """Write-to-searchable latency with BM25 delta segments, and what a delta update costs as the shard grows.
 
 With N chunks in one shard (``SHARDFUSE_BENCH_CHUNKS``, default 100,000; loaded straight into the shard
-tables, HNSW built after the load, then the BM25 generation built by the merge), single-document writes
-are published one at a time through the running pipeline; for each, the time from the publish call until
-its chunk is in the vector leg (committed in PostgreSQL) and until the keyword leg returns it (a
-``LexicalShardReader`` on the published index, as query workers search it). The same is measured at
-N/10 chunks, and the delta update itself (``ShardIndexer.update`` of one written document, in process,
-against the same tables) at both sizes, next to the full rebuild it replaces.
+tables, HNSW built after the load, then the BM25 generation built by the merge and published to the shard's
+schema as the maintenance worker publishes it), single-document writes are published one at a time through
+the running pipeline; for each, the time from the publish call until its chunk is in the vector leg
+(committed in PostgreSQL) and until the keyword leg returns it (a ``LexicalShardReader`` on the maintenance
+node's own directory; bench_freshness_nodes.py measures a query node's copy). The same is measured at N/10
+chunks, and the delta update itself (``ShardIndexer.update`` of one written document, in process, against
+the same tables) at both sizes, next to the full rebuild it replaces.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -20,93 +20,29 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
-import numpy as np
-import psycopg
 import pytest
-import redis
 
-from shardfuse.pipeline.core.documents import Chunk
-from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer, read_manifest
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.lexical.updates import ShardIndexer
 from shardfuse.pipeline.index.store.change_log import CHANGE_XID
-from shardfuse.pipeline.index.store.changes import DocStatus, DocumentChange
 from shardfuse.pipeline.index.store.pools import ShardPools
 from shardfuse.pipeline.index.store.shard_store import ShardStore
+from tests.benchmarks.freshness_writes import (
+    ZONE,
+    load_direct,
+    published_indexer,
+    settle,
+    unique_word,
+    write_latencies,
+)
 from tests.benchmarks.scale import bench_stack, corpus, report, summary_ms
 
 pytestmark = pytest.mark.timeout(3600)
 
-ZONE = "fresh"
 CHUNKS = int(os.environ.get("SHARDFUSE_BENCH_CHUNKS", "100000"))
 WRITES = int(os.environ.get("SHARDFUSE_BENCH_WRITES", "40"))
 DELTA_UPDATES = 20
-
-
-def _load(store: ShardStore, start: int, stop: int, *, dimensions: int) -> float:
-    """Write documents ``start..stop`` of the corpus (one chunk each) straight into the shard's tables."""
-    started = time.perf_counter()
-    docs = corpus(stop)[start:]
-    rng = np.random.default_rng(start)
-    for offset in range(0, len(docs), 2000):
-        changes = []
-        batch = docs[offset:offset + 2000]
-        vectors = rng.standard_normal((len(batch), dimensions)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        for doc, vector in zip(batch, vectors, strict=True):
-            chunk = Chunk(ordinal=0, text=doc.text, start_char=0, end_char=len(doc.text), start_line=1,
-                          end_line=doc.text.count("\n") + 1, token_count=len(doc.text.split()))
-            digest = hashlib.sha256(doc.text.encode()).hexdigest()
-            event = WriteEvent(op=Op.WRITE, zone=ZONE, path=doc.path, seq=1, size=len(doc.text),
-                               content_hash=f"sha256:{digest}")
-            changes.append(DocumentChange(event=event, status=DocStatus.INDEXED, chunks=(chunk,),
-                                          embeddings=vector.reshape(1, -1), line_count=chunk.end_line))
-        store.apply(changes)
-    return time.perf_counter() - started
-
-
-def _word(i: int) -> str:
-    """A word no other document holds (letters only: the tokenizer splits at digits)."""
-    letters = ""
-    i += 26 * 26
-    while i:
-        i, r = divmod(i, 26)
-        letters += chr(ord("a") + r)
-    return f"zqx{letters}"
-
-
-def _chunk_committed(dsn: str, path: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT 1 FROM shard_0.chunks WHERE zone = %s AND path = %s", (ZONE, path)).fetchone() \
-            is not None
-
-
-def _write_latencies(stack: Any, reader: LexicalShardReader, label: str, words: int) -> tuple[list[float], list[float]]:
-    """Publish WRITES single documents one at a time; per write, seconds to the vector and keyword legs."""
-    vector_s, keyword_s = [], []
-    texts = corpus(50)
-    for i in range(WRITES):
-        word = _word(words + i)
-        path = f"fresh/{label}/{i}.txt"
-        text = f"{texts[i % len(texts)].text}\nFresh note {word}.\n"
-        started = time.perf_counter()
-        with stack.publisher() as publisher:
-            publisher.write(zone=ZONE, path=path, data=text.encode())
-        vec = key = None
-        while vec is None or key is None:
-            now = time.perf_counter() - started
-            if now > 60:
-                raise AssertionError(f"{path} not searchable after 60 s (vector {vec}, keyword {key})")
-            if vec is None and _chunk_committed(stack.settings.postgres.dsn, path):
-                vec = now
-            if key is None and reader.search(word, zone=ZONE, k=3):
-                key = now
-            time.sleep(0.01)
-        vector_s.append(vec)
-        keyword_s.append(key)
-        time.sleep(0.2)  # one write at a time: the pipeline is idle between writes
-    return vector_s, keyword_s
 
 
 def _rewritten(store: ShardStore, path: str) -> None:
@@ -147,28 +83,29 @@ def test_write_to_searchable_with_delta_segments() -> None:
         loaded = 0
         for size in (small, CHUNKS):
             store.defer_vector_index()  # a bulk load: HNSW built once after it, not row by row
-            load_s = _load(store, loaded, size, dimensions=settings.embedder.dimensions)
+            load_s = load_direct(store, loaded, size, dimensions=settings.embedder.dimensions)
             loaded = size
             print(f"\n{size} chunks loaded in {load_s:.1f} s", flush=True)
             started = time.perf_counter()
             store.build_vector_index()
             hnsw_s = time.perf_counter() - started
             print(f"HNSW built in {hnsw_s:.1f} s", flush=True)
-            # The running pipeline's index: a merge (the full rebuild) through its own freshness records.
+            # The running pipeline's index: a merge (the full rebuild) through its own freshness records,
+            # published to the shard's schema as the maintenance worker publishes it.
             tokenizer = Tokenizer(stem=settings.bm25.stemming)
-            live = ShardIndexer(root=settings.bm25_root, shard=0, store=store,
-                                freshness=Bm25Freshness(redis.Redis.from_url(settings.broker.url)),
-                                tokenizer=tokenizer, k1=settings.bm25.k1, b=settings.bm25.b)
+            live = published_indexer(settings, store)
             started = time.perf_counter()
             live.merge()
             full_s = time.perf_counter() - started
             print(f"BM25 full build in {full_s:.1f} s", flush=True)
             deltas = _delta_costs(store, settings.bm25_root, tokenizer, [d.path for d in corpus(size)[-DELTA_UPDATES:]])
+            print(f"pipeline settled in {settle(stack):.1f} s", flush=True)
             reader = LexicalShardReader(settings.bm25_root, 0, tokenizer=tokenizer)
             reader.refresh()
-            vector_s, keyword_s = _write_latencies(stack, reader, f"n{size}", words=size)
+            vector_s, keyword = write_latencies(stack, {"same": reader}, label=f"n{size}", words=size, writes=WRITES)
+            keyword_s = keyword["same"]
             both = [max(v, k) for v, k in zip(vector_s, keyword_s, strict=True)]
-            answer = stack.search(_word(size + WRITES - 1), ZONE)
+            answer = stack.search(unique_word(size + WRITES - 1), ZONE)
             assert f"fresh/n{size}/{WRITES - 1}.txt" in str(answer), "the last write is not found end to end"
             tag = f"{size // 1000}k"
             figures[f"load_s_{tag}"] = round(load_s, 1)

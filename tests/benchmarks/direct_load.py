@@ -12,7 +12,7 @@ check, binary
 ``COPY`` of the chunk rows) in batches, with the HNSW index deferred for the load and built afterwards exactly as
 bulk-load mode does (``defer_vector_index``/``build_vector_index``). Each shard's BM25 index is then built as
 ``shardfuse.bm25_rebuild`` builds it: the freshness counter bumped as a commit would, then a full build (a
-merge, :meth:`shardfuse.pipeline.index.lexical.updates.ShardIndexer.merge`) with the stack's tokenizer, ``k1``, ``b``
+merge, :meth:`shardfuse.pipeline.index.lexical.updates.ShardIndexer.merge`, published to the shard's database) with the stack's tokenizer, ``k1``, ``b``
 and
 ``keep_generations``. So queries see what the pipeline would have produced.
 """
@@ -37,7 +37,7 @@ from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.embed.providers import build_embedder
 from shardfuse.pipeline.index.lexical import Tokenizer
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
-from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.pipeline.index.maintenance import shard_indexer
 from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardPools
 from shardfuse.pipeline.ingest.decode import Decoded, decode_content
 from shardfuse.pipeline.ingest.preparation import prepare_chunks
@@ -131,9 +131,7 @@ def load(settings: Settings, prepared: Sequence[Prepared], *, processes: int = 2
         for store in stores:
             freshness.mark_dirty(store.shard)  # what the embed task's commit records
             # The maintenance worker's own full build (a merge), as `shardfuse.bm25_rebuild` runs it.
-            ShardIndexer(root=settings.bm25_root, shard=store.shard, store=store, freshness=freshness,
-                         tokenizer=tokenizer, k1=settings.bm25.k1, b=settings.bm25.b,
-                         keep_generations=settings.bm25.keep_generations).merge()
+            shard_indexer(settings, store.shard, store=store, freshness=freshness, tokenizer=tokenizer).merge()
         client.close()
     done = time.perf_counter()
     return LoadTimes(chunks=sum(len(p.chunks) for p in prepared), documents=len(prepared),
