@@ -12,9 +12,9 @@ check, binary
 ``COPY`` of the chunk rows) in batches, with the HNSW index deferred for the load and built afterwards exactly as
 bulk-load mode does (``defer_vector_index``/``build_vector_index``). Each shard's BM25 index is then built as
 ``shardfuse.bm25_rebuild`` builds it: the freshness counter bumped as a commit would, then a full build (a
-merge, :meth:`shardfuse.pipeline.index.lexical.updates.ShardIndexer.merge`, published to the shard's database) with the stack's tokenizer, ``k1``, ``b``
-and
-``keep_generations``. So queries see what the pipeline would have produced.
+merge, :meth:`shardfuse.pipeline.index.lexical.updates.ShardIndexer.merge`, published to the shard's
+database) with the stack's tokenizer, ``k1``, ``b`` and ``keep_generations``.
+So queries see what the pipeline would have produced.
 """
 
 from __future__ import annotations
