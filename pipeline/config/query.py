@@ -100,6 +100,10 @@ class QuerySettings(_Section):
     result_cache_max_entries: int = Field(default=2_000, ge=0)
     result_cache_max_entry_bytes: int = Field(default=64 * 1024, ge=0)
     rpc_timeout_s: float = 30.0
+    # A search not answered within this long is sent once more, and the first answer of either copy is
+    # returned (within rpc_timeout_s in all): the query worker holding it may have died, and the broker
+    # gives a dead worker's messages back only after 2 × delivery.dead_after_s. 0: never sent again.
+    rpc_retry_after_s: float = Field(default=10.0, ge=0)
     boosts: BoostSettings = BoostSettings()
     router: RouterSettings = RouterSettings()
     expansion: ExpansionSettings = ExpansionSettings()

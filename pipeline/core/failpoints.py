@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 class Failpoint(enum.StrEnum):
     # The embed stage committed documents to their shards and has not yet recorded them for BM25.
     AFTER_COMMIT = "after_commit"
+    # A query worker took a search off its queue and has not answered yet (a node dying mid-query).
+    SEARCH_STARTED = "search_started"
 
 
 def reach(failpoint: Failpoint, armed: Mapping[str, Path]) -> None:

@@ -13,7 +13,9 @@ from typing import Any
 
 from celery import Task as CeleryTask
 
+from shardfuse.pipeline.core import failpoints
 from shardfuse.pipeline.core.errors import InvalidQueryError
+from shardfuse.pipeline.core.failpoints import Failpoint
 from shardfuse.pipeline.observability import metrics
 from shardfuse.query.request import Mode, parse_request
 from shardfuse.workers.celery_app import app
@@ -45,6 +47,7 @@ def search(self: CeleryTask, **arguments: Any) -> dict[str, Any]:
     the task takes), never a ``TypeError`` from the worker's call."""
     with _timed(arguments.get("mode", Mode.HYBRID.value)) as timing:
         runtime = self.app.shardfuse_runtime.get()
+        failpoints.reach(Failpoint.SEARCH_STARTED, runtime.settings.failpoints)
         request = parse_request(arguments, settings=runtime.settings.query)
         answer: dict[str, Any] = runtime.searcher.search(request)
         timing["outcome"] = "cached" if answer.get("cache") == "hit" else "ok"
