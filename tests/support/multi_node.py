@@ -104,10 +104,7 @@ def shared_servers() -> Iterator[Servers]:
         yield servers
     finally:
         if store is not None:
-            store.stop()
-            for port in store.ports.all():  # weed leaves its unix sockets in /tmp, named after its ports
-                for sock in Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"):
-                    sock.unlink(missing_ok=True)
+            store.stop()  # its unix sockets in /tmp too
         for settings in reversed(stacks):
             down(settings, timeout=STOP_TIMEOUT_S)
         for folder in folders:

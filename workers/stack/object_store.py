@@ -32,6 +32,7 @@ import importlib.metadata
 import json
 import os
 import sysconfig
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -147,6 +148,10 @@ class ObjectStoreServer:
         """SIGTERM, then SIGKILL after ``timeout_s`` (``weed`` can linger for many seconds on idle client
         connections after it has flushed and shut its volume server down)."""
         processes.stop_process_groups([self.pid], timeout=timeout_s)
+        # weed leaves the unix sockets it opened in /tmp, named after its ports.
+        for port in self.ports.all():
+            for leftover in Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"):
+                leftover.unlink(missing_ok=True)
 
     def is_running(self) -> bool:
         return not processes.is_gone(self.pid)
