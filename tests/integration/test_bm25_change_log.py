@@ -20,6 +20,7 @@ from shardfuse.pipeline.embed.providers import HashingEmbedder
 from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer, read_manifest
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.pipeline.index.maintenance import shard_mirror
 from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore, writes
 from shardfuse.workers import monitor
 from tests.integration.conftest import Stack, scratch_store
@@ -122,7 +123,9 @@ def test_the_monitor_sees_a_shard_behind_from_postgres_after_redis_lost_everythi
                                                                                   tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, shards=1, postgres={"dsn": str(store.pool.conninfo)})
     client = fakeredis.FakeRedis()
-    job = _indexer(settings.bm25_root, store, client)
+    # Published to the shard's database, as the maintenance worker publishes: the monitor reads it there.
+    job = ShardIndexer(root=settings.bm25_root, shard=0, store=store, freshness=Bm25Freshness(client),
+                       tokenizer=Tokenizer(), publishing=shard_mirror(settings, store))
     store.apply([_write("a.txt", 1, "echidna")])
     job.update()
     assert monitor.stale_shards(settings, client) == []
