@@ -1,6 +1,7 @@
 """Ranking after fusion: multipliers for where and how a candidate matched the query, as pure functions.
 
-A candidate's factor is ``field × exactness + symbol bonuses``:
+A candidate's factor is ``field × exactness + symbol bonuses``, and for a query that is one name, the chunks
+defining it come first:
 
 - **field** — for each field (``filename``: the path's basename; ``path``: its directory part; ``title``,
   ``tags`` and ``description`` from the metadata; ``content``: the text), ``coverage`` is the fraction of
@@ -16,13 +17,14 @@ A candidate's factor is ``field × exactness + symbol bonuses``:
   runs, so case, whitespace and punctuation between words do not matter. An exact phrase needs a query of
   two or more words: for one word it would just be a term match, which BM25 and the field factor already
   reward. At most one of the two applies.
-- **symbols** — ``+ primary_symbol`` when the chunk's primary symbol matches the query, else ``+ any_symbol``
-  when any of its symbols does; then ``+ complete_role`` / ``+ declaration_role`` for the chunk's role, but
-  only when a symbol matched. A symbol matches when its identifier parts (split at ``snake_case`` and
-  ``camelCase`` like the lexical tokenizer does, lower-cased, the last ``.`` segment of a qualified name)
-  occur as a contiguous run of the query's parts. So ``parse_event``, ``parseEvent`` and ``ParseEvent``
-  all match each other and the query "how do we parse event payloads"; ``event`` matches any query with
-  the word "event"; a symbol whose parts are all stopwords never matches.
+- **definition tier** — for a query that is one name (``apply_async``, ``Task.apply_async()``), the chunks
+  holding that name's definition header, then the rest of a split definition of it, rank above every other
+  chunk (:func:`shardfuse.query.symbol_boosts.definition_tier`; ``definitions_first``): a bare name asks
+  where it is defined. :func:`rerank` orders by tier, then score, and lifts each tier's scores above the
+  best score below it, so the scores it returns still fall with the rank.
+- **symbols** — ``+ primary_symbol`` / ``+ any_symbol`` when the chunk's primary symbol / any of its symbols
+  matches the query, then ``+ complete_role`` / ``+ declaration_role`` for the chunk's role
+  (:func:`shardfuse.query.symbol_boosts.symbol_bonus`, where matching is described).
 
 Terms come from :class:`shardfuse.pipeline.index.lexical.Tokenizer` without stemming (so "chunk" does not match
 "chunks").
@@ -40,7 +42,8 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from shardfuse.pipeline.config.settings import BoostSettings
-from shardfuse.pipeline.index.lexical.tokenizer import STOPWORDS, Tokenizer, split_identifier
+from shardfuse.pipeline.index.lexical.tokenizer import Tokenizer, split_identifier
+from shardfuse.query.symbol_boosts import bare_name, definition_tier, symbol_bonus
 
 T = TypeVar("T")
 
@@ -77,14 +80,17 @@ class QueryTerms:
     # Matches a case-folded text whose first words are the query's first ``_PREFIX_WORDS`` words, the last
     # possibly unfinished (None for a query without words).
     opening: re.Pattern[str] | None = None
+    name: str | None = None  # the name the whole query is (``Task.apply_async()`` → apply_async), else None
 
 
 @dataclass(frozen=True, slots=True)
 class Boost:
-    """A candidate's multiplier and why, e.g. ``(1.85, ("title:0.67", "exact_phrase"))``."""
+    """A candidate's multiplier and why, e.g. ``(1.85, ("title:0.67", "exact_phrase"))``, and its definition
+    tier (0 unless the query is a name the candidate defines)."""
 
     factor: float = 1.0
     reasons: tuple[str, ...] = ()
+    tier: int = 0
 
 
 NO_BOOST = Boost()
@@ -96,10 +102,6 @@ _FIELD_READERS: Mapping[str, Callable[[Candidate], str]] = MappingProxyType({
     "tags": lambda c: _metadata_text(c.metadata.get("tags")),
     "description": lambda c: _metadata_text(c.metadata.get("description")),
     "content": lambda c: c.text,
-})
-_ROLE_BONUSES: Mapping[str, Callable[[BoostSettings], float]] = MappingProxyType({
-    "complete": lambda s: s.complete_role,
-    "declaration": lambda s: s.declaration_role,
 })
 
 
@@ -128,6 +130,7 @@ def prepare_query(query: str) -> QueryTerms:
         parts="_" + "_".join(parts) + "_",
         phrase=phrase if len(words) >= 2 else None,
         opening=re.compile(opening) if words else None,
+        name=bare_name(query),
     )
 
 
@@ -138,8 +141,11 @@ def boost(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings
     reasons: list[str] = []
     field_factor = _field_factor(query_terms, candidate, settings, reasons)
     exactness = _exactness(query_terms, candidate, settings, reasons)
-    bonus = _symbol_bonus(query_terms, candidate, settings, reasons)
-    return Boost(factor=field_factor * exactness + bonus, reasons=tuple(reasons))
+    tier = definition_tier(query_terms.name, symbols=candidate.symbols, primary_symbol=candidate.primary_symbol,
+                           role=candidate.role, settings=settings, reasons=reasons)
+    bonus = symbol_bonus(query_terms.parts, symbols=candidate.symbols, primary_symbol=candidate.primary_symbol,
+                         role=candidate.role, settings=settings, reasons=reasons)
+    return Boost(factor=field_factor * exactness + bonus, reasons=tuple(reasons), tier=tier)
 
 
 def rerank(
@@ -150,14 +156,24 @@ def rerank(
     score_of: Callable[[T], float],
     settings: BoostSettings,
 ) -> list[tuple[T, float, Boost]]:
-    """``(hit, score × factor, boost)`` best first; ties keep the input order. Scores must not be negative
-    (fused scores never are), or a boost would push a hit down."""
+    """``(hit, score × factor, boost)`` best first: by definition tier, then score; ties keep the input order.
+    A hit of a higher tier has the best score of the tiers below added to its own, so scores fall with the
+    rank. Scores must not be negative (fused scores never are), or a boost would push a hit down."""
     boosted: list[tuple[T, float, Boost]] = []
     for hit in hits:
         hit_boost = boost(query_terms, candidate_of(hit), settings)
         boosted.append((hit, score_of(hit) * hit_boost.factor, hit_boost))
     # sorted() is stable, so equal scores keep their fused order.
-    return sorted(boosted, key=lambda entry: -entry[1])
+    ranked = sorted(boosted, key=lambda entry: (-entry[2].tier, -entry[1]))
+    if not ranked or ranked[0][2].tier == 0:
+        return ranked
+    lifted: list[tuple[T, float, Boost]] = []
+    floor = 0.0  # the best (lifted) score of the tiers below the entry being lifted
+    for hit, score, hit_boost in reversed(ranked):  # lowest tier first
+        if lifted and hit_boost.tier > lifted[-1][2].tier:
+            floor = max(entry[1] for entry in lifted)
+        lifted.append((hit, score + floor if hit_boost.tier else score, hit_boost))
+    return lifted[::-1]
 
 
 def field_text(candidate: Candidate, field: str) -> str:
@@ -252,35 +268,3 @@ def _opens_with(folded: str, query_terms: QueryTerms) -> bool:
     """Whether the case-folded ``folded``'s first words are the query's first ``_PREFIX_WORDS`` (or only)
     words, the last of them possibly unfinished in the text."""
     return query_terms.opening is not None and query_terms.opening.match(folded) is not None
-
-
-def _symbol_bonus(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings, reasons: list[str]) -> float:
-    bonus = 0.0
-    if candidate.primary_symbol and _symbol_matches(candidate.primary_symbol, query_terms):
-        bonus += settings.primary_symbol
-        reasons.append(f"primary_symbol:{candidate.primary_symbol}")
-    else:
-        matched = next((s for s in candidate.symbols if _symbol_matches(s, query_terms)), None)
-        if matched is None:
-            return 0.0  # roles count only for a chunk that defines what the query names
-        bonus += settings.any_symbol
-        reasons.append(f"any_symbol:{matched}")
-    role_bonus = _role_bonus(candidate.role, settings)
-    if role_bonus:
-        bonus += role_bonus
-        reasons.append(f"{candidate.role}_role")
-    return bonus
-
-
-def _role_bonus(role: str | None, settings: BoostSettings) -> float:
-    reader = _ROLE_BONUSES.get(role or "")
-    return reader(settings) if reader else 0.0
-
-
-def _symbol_matches(symbol: str, query_terms: QueryTerms) -> bool:
-    name = symbol.rsplit(".", 1)[-1]  # "SearchService.search" is defined as "search"
-    parts = [part.lower() for part in split_identifier(name)]
-    if not parts or all(part in STOPWORDS or len(part) < 2 for part in parts):
-        return False
-    return "_" + "_".join(parts) + "_" in query_terms.parts
-

@@ -1,15 +1,18 @@
 """Every shard at once: one leg's searches on every shard, merged by score; fused hits fetched from their shards.
 
-A leg is one kind of search (keyword or vector) for one query text, across all shards. BM25 scores compare
-across shards because every shard scores with the zone-wide IDFs (:mod:`shardfuse.pipeline.index.lexical.stats`).
+A leg is one kind of search (keyword or vector) for one query text, across all shards and every zone the
+request names (each zone searched on its own, so each hit knows its zone: :attr:`Leg.zones`). BM25 scores
+compare across shards and zones because every search scores with IDFs over all of the named zones' documents
+(:mod:`shardfuse.pipeline.index.lexical.stats`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -18,15 +21,19 @@ from shardfuse.pipeline.index.lexical.stats import combine
 from shardfuse.pipeline.index.store import ChunkFilter, ChunkRecord
 from shardfuse.query.shard_legs import LegHit, ShardSearcher
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True, slots=True)
 class Leg:
     hits: list[tuple[int, LegHit]]  # (shard, hit), best first after merging
     ms: float
+    # The zone each hit was found in, by chunk id (a leg built without it: the request's first zone).
+    zones: Mapping[str, str] = field(default_factory=dict)
 
 
-# A vector leg whose searches are running: per shard, its future (hits, milliseconds).
-PendingLeg = list[tuple[int, Future[tuple[list[LegHit], float]]]]
+# A vector leg whose searches are running: per shard and zone, its future (hits, milliseconds).
+PendingLeg = list[tuple[int, str, Future[tuple[list[LegHit], float]]]]
 
 
 def elapsed_ms(since: float) -> float:
@@ -48,45 +55,60 @@ class ShardFanOut:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._phases.shutdown(wait=False, cancel_futures=True)
 
-    def keyword(self, query: str, *, zone: str, where: ChunkFilter, limit: int) -> Leg:
-        """Every shard's share of the zone's statistics, summed; then every shard's search with them, merged.
+    def submit(self, work: Callable[[], T]) -> Future[T]:
+        """Other shard-level work on the shard threads (the grep leg's searches, query/grep/)."""
+        return self._pool.submit(work)
+
+    def keyword(self, query: str, *, zones: Sequence[str], where: ChunkFilter, limit: int) -> Leg:
+        """Every shard's share of the zones' statistics, summed; then every shard's search of each zone with
+        them, merged.
 
         Runs in one thread, shard after shard: each step is a few hundred microseconds of numpy holding the
         GIL, and spreading them over the shard threads measured no faster (100,000 chunks, 4 shards, 2
         cores), only more hand-offs. ``ms`` covers the whole leg.
         """
         t = time.perf_counter()
-        stats = combine(shard.keyword_stats(query, zone=zone) for shard in self.shards)
+        stats = combine(shard.keyword_stats(query, zone=zone) for zone in zones for shard in self.shards)
         merged: list[tuple[int, LegHit]] = []
-        for shard in self.shards:
-            hits = shard.keyword(query, zone=zone, limit=limit, where=where or None, stats=stats)
-            merged.extend((shard.shard, hit) for hit in hits)
-        return Leg(hits=_best(merged, limit), ms=elapsed_ms(t))
+        found_in: dict[str, str] = {}
+        for zone in zones:
+            for shard in self.shards:
+                hits = shard.keyword(query, zone=zone, limit=limit, where=where or None, stats=stats)
+                merged.extend((shard.shard, hit) for hit in hits)
+                found_in.update((hit.chunk_id, zone) for hit in hits)
+        return Leg(hits=_best(merged, limit), ms=elapsed_ms(t), zones=found_in)
 
-    def keyword_later(self, query: str, *, zone: str, where: ChunkFilter, limit: int) -> Future[Leg]:
+    def keyword_later(self, query: str, *, zones: Sequence[str], where: ChunkFilter, limit: int) -> Future[Leg]:
         """:meth:`keyword` on another thread, beside vector legs in flight."""
-        return self._phases.submit(lambda: self.keyword(query, zone=zone, where=where, limit=limit))
+        return self._phases.submit(lambda: self.keyword(query, zones=zones, where=where, limit=limit))
 
     def submit_vector(
-        self, embedding: npt.NDArray[np.float32], *, zone: str, where: ChunkFilter, limit: int, model: str
+        self, embedding: npt.NDArray[np.float32], *, zones: Sequence[str], where: ChunkFilter, limit: int, model: str
     ) -> PendingLeg:
-        """Send the vector leg's search to every shard (PostgreSQL works on them while this thread goes on)."""
+        """Send the vector leg's search for each zone to every shard (PostgreSQL works on them while this thread
+        goes on)."""
 
-        def search(shard: ShardSearcher) -> Callable[[], list[LegHit]]:
+        def search(shard: ShardSearcher, zone: str) -> Callable[[], list[LegHit]]:
             return lambda: shard.vector(embedding, zone=zone, limit=limit, where=where or None, model=model)
 
-        return [(shard.shard, self._pool.submit(_timed, search(shard))) for shard in self.shards]
+        return [(shard.shard, zone, self._pool.submit(_timed, search(shard, zone)))
+                for zone in zones for shard in self.shards]
 
-    def hydrate(self, chunk_ids: list[str], located: dict[str, int], *, zone: str) -> dict[str, ChunkRecord]:
-        """The chunks of ``chunk_ids`` still in ``zone``, each fetched from its shard (``located``)."""
-        by_shard: dict[int, list[str]] = {}
+    def hydrate(
+        self, chunk_ids: list[str], located: dict[str, int], *, zones: Mapping[str, str]
+    ) -> dict[str, ChunkRecord]:
+        """The chunks of ``chunk_ids`` still there, each fetched from its shard (``located``) within its own
+        zone (``zones``, by chunk id): one fetch per shard and zone, and a record of any other zone is never
+        kept."""
+        asked: dict[tuple[int, str], list[str]] = {}
         for chunk_id in chunk_ids:
-            by_shard.setdefault(located[chunk_id], []).append(chunk_id)
+            asked.setdefault((located[chunk_id], zones[chunk_id]), []).append(chunk_id)
         searchers = {s.shard: s for s in self.shards}
-        futures = [self._pool.submit(searchers[shard].fetch, ids, zone=zone) for shard, ids in by_shard.items()]
+        futures = [(zone, self._pool.submit(searchers[shard].fetch, ids, zone=zone))
+                   for (shard, zone), ids in asked.items()]
         records: dict[str, ChunkRecord] = {}
-        for future in futures:
-            records.update(future.result())
+        for zone, future in futures:
+            records.update((chunk_id, r) for chunk_id, r in future.result().items() if r.zone == zone)
         return records
 
     def current_indexes(self) -> list[str | None]:
@@ -99,15 +121,19 @@ class ShardFanOut:
         return {str(shard.shard): shard.generation() for shard in self.shards}
 
 
-def merge(pending: PendingLeg, limit: int) -> Leg:
-    """One vector leg across shards: every shard's hits by score, best first, cut to ``limit``."""
+def merge(pending: PendingLeg, limit: int, *, min_score: float | None = None) -> Leg:
+    """One vector leg across shards and zones: every search's hits (those scoring at least ``min_score``) by
+    score, best first, cut to ``limit``."""
     merged: list[tuple[int, LegHit]] = []
+    found_in: dict[str, str] = {}
     slowest = 0.0
-    for shard, future in pending:
+    for shard, zone, future in pending:
         hits, ms = future.result()
         slowest = max(slowest, ms)
-        merged.extend((shard, hit) for hit in hits)
-    return Leg(hits=_best(merged, limit), ms=slowest)
+        kept = hits if min_score is None else [hit for hit in hits if hit.score >= min_score]
+        merged.extend((shard, hit) for hit in kept)
+        found_in.update((hit.chunk_id, zone) for hit in kept)
+    return Leg(hits=_best(merged, limit), ms=slowest, zones=found_in)
 
 
 def located(legs: Sequence[Leg]) -> dict[str, int]:
@@ -117,6 +143,15 @@ def located(legs: Sequence[Leg]) -> dict[str, int]:
         for shard, hit in leg.hits:
             shards.setdefault(hit.chunk_id, shard)
     return shards
+
+
+def located_zones(legs: Sequence[Leg], *, default: str) -> dict[str, str]:
+    """The zone each chunk of the legs was found in; ``default`` for a hit of a leg that does not say."""
+    zones: dict[str, str] = {}
+    for leg in legs:
+        for _, hit in leg.hits:
+            zones.setdefault(hit.chunk_id, leg.zones.get(hit.chunk_id, default))
+    return zones
 
 
 def _timed(search: Callable[[], list[LegHit]]) -> tuple[list[LegHit], float]:

@@ -26,6 +26,7 @@ from pydantic import (
     StrictStr,
     ValidationError,
     ValidationInfo,
+    model_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
@@ -37,20 +38,23 @@ from shardfuse.pipeline.index.store.filters import ChunkFilter
 from shardfuse.query.fusion import Fusion
 
 MAX_QUERY_CHARS = 4096
+# Zones one request may name: each adds a vector search and a keyword search per shard.
+MAX_ZONES = 8
 
 
 class Mode(enum.StrEnum):
     HYBRID = "hybrid"
     KEYWORD = "keyword"
     SEMANTIC = "semantic"
+    GREP = "grep"  # matching lines of a literal or an RE2 regex, from the trigram index (query/grep/)
 
     @property
     def uses_keyword(self) -> bool:
-        return self is not Mode.SEMANTIC
+        return self in (Mode.HYBRID, Mode.KEYWORD)
 
     @property
     def uses_vector(self) -> bool:
-        return self is not Mode.KEYWORD
+        return self in (Mode.HYBRID, Mode.SEMANTIC)
 
 
 def _not_as_described() -> PydanticCustomError:
@@ -77,10 +81,33 @@ def _query_text(query: str) -> str:
 
 def _at_most_max_k(k: int, info: ValidationInfo) -> int:
     """``query.max_k``, when the request comes from :func:`parse_request` (a request built in code is trusted)."""
-    max_k = info.context.get("max_k") if isinstance(info.context, dict) else None
-    if max_k is not None and k > max_k:
+    return _at_most("max_k", k, info)
+
+
+def _at_most_max_leg_depth(depth: int | None, info: ValidationInfo) -> int | None:
+    """``query.max_leg_depth``, when the request comes from :func:`parse_request`."""
+    return None if depth is None else _at_most("max_leg_depth", depth, info)
+
+
+def _at_most(limit: str, value: int, info: ValidationInfo) -> int:
+    bound = info.context.get(limit) if isinstance(info.context, dict) else None
+    if bound is not None and value > bound:
         raise _not_as_described()
-    return k
+    return value
+
+
+def _distinct_zones(zones: tuple[str, ...]) -> tuple[str, ...]:
+    twice = sorted({quoted(zone) for zone in zones if zones.count(zone) > 1})
+    if twice:
+        raise ValueError(f"name {', '.join(twice)} more than once; name each zone once")
+    return zones
+
+
+def _grep_only(value: bool | None, info: ValidationInfo) -> bool | None:
+    """``regex`` and ``case_sensitive`` shape a grep; given to another mode they would silently do nothing."""
+    if value is not None and info.data.get("mode") is not Mode.GREP:
+        raise ValueError("applies to mode 'grep' only: pass mode='grep' (or leave it out)")
+    return value
 
 
 def _finite(value: object) -> object:
@@ -102,8 +129,8 @@ _SWITCH = "true, false or null"
 
 
 class SearchRequest(BaseModel):
-    """One search of one zone. Its fields are the ``shardfuse.search`` task's arguments, in wire order; build
-    one from a caller's arguments with :func:`parse_request`."""
+    """One search of one zone (or several, ``zones``). Its fields are the ``shardfuse.search`` task's arguments,
+    in wire order; build one from a caller's arguments with :func:`parse_request`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -129,9 +156,59 @@ class SearchRequest(BaseModel):
     boost: Annotated[StrictBool | None, Field(description=_SWITCH)] = None
     route: Annotated[StrictBool | None, Field(description=_SWITCH)] = None
     expand: Annotated[StrictBool | None, Field(description=_SWITCH)] = None
+    rerank: Annotated[StrictBool | None, Field(description=_SWITCH)] = None  # None: as [rerank] says
     # The embedding model to search with; None: the zone's own (``shardfuse reindex``). Naming one compares a
     # reindex's model with the zone's before switching over.
     model: Annotated[str | None, BeforeValidator(_model_name)] = None
+    # Several zones searched as one (a caller names ``zone`` or ``zones``, not both): each zone's legs and
+    # hydration are its own, the keyword leg scores with the named zones' statistics summed, and every result
+    # says its zone. Always filled (``(zone,)`` for a one-zone request), and ``zone`` is always ``zones[0]``.
+    zones: Annotated[tuple[Zone, ...], Field(min_length=1, max_length=MAX_ZONES,
+                                             description=f"a list of 1 to {MAX_ZONES} zone names"),
+                     AfterValidator(_distinct_zones)] = ()
+    # Results whose final ``score`` (after fusion and boosts) is below this are left out. Fused scores depend on
+    # the fusion (RRF's are about 1/(rrf_k + rank), weighted ones 0 to 1): compare within one fusion only.
+    min_score: Annotated[Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] | None,
+                         Field(description="a number of at least 0")] = None
+    # Vector candidates less similar (cosine, -1 to 1) to the query (or an expansion's variant) than this are
+    # dropped before fusion: in semantic mode no result is less similar; in hybrid mode a keyword candidate
+    # still counts (its similarity is not known).
+    min_similarity: Annotated[Annotated[float, Field(strict=True, ge=-1, le=1)] | None,
+                              Field(description="a number from -1 to 1")] = None
+    # Candidates the keyword / vector leg brings to fusion (per zone searched, then merged to this many);
+    # None: k × query.over_fetch × the router's multiplier, at least query.min_leg_depth. Expansion legs keep
+    # that default.
+    keyword_depth: Annotated[Annotated[StrictInt, Field(ge=1)] | None,
+                             Field(description="an integer from 1 to {max_leg_depth}"),
+                             AfterValidator(_at_most_max_leg_depth)] = None
+    vector_depth: Annotated[Annotated[StrictInt, Field(ge=1)] | None,
+                            Field(description="an integer from 1 to {max_leg_depth}"),
+                            AfterValidator(_at_most_max_leg_depth)] = None
+    # False: results without ``text`` (nor ``truncated``): ids, paths, lines, scores and metadata only.
+    include_text: Annotated[StrictBool, Field(description="true or false")] = True
+    # mode="grep" only: the query is an RE2 regular expression (else a literal); matching is case-sensitive
+    # (as grep's and ripgrep's is) unless case_sensitive is false. None: not given.
+    regex: Annotated[StrictBool | None, Field(description=_SWITCH), AfterValidator(_grep_only)] = None
+    case_sensitive: Annotated[StrictBool | None, Field(description=_SWITCH), AfterValidator(_grep_only)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_zones(cls, data: Any) -> Any:
+        """``zone`` and ``zones`` each filled from the other when only one is given."""
+        if not isinstance(data, Mapping):
+            return data
+        zone, zones = data.get("zone"), data.get("zones")
+        if zones is None and zone is not None:
+            return {**data, "zones": [zone]}
+        if zone is None and isinstance(zones, list | tuple) and zones:
+            return {**data, "zone": zones[0]}
+        return data
+
+    @model_validator(mode="after")
+    def _zone_is_the_first(self) -> SearchRequest:
+        if self.zones[:1] != (self.zone,):
+            raise ValueError(f"zone {quoted(self.zone)} must be the first of zones; name one or the other")
+        return self
 
     @property
     def where(self) -> ChunkFilter:
@@ -147,31 +224,42 @@ def parse_request(arguments: Mapping[str, Any], *, settings: QuerySettings) -> S
     """The request a caller's (untrusted) arguments describe. A ``fusion`` or ``alpha`` left out (or null) is
     the zone's (``query.zone_profiles``, else ``query.fusion``/``query.alpha``); ``k`` is at most
     ``query.max_k``. Every problem, each naming its argument, in one :class:`InvalidQueryError`."""
-    fusion, alpha = settings.fusion_defaults(arguments.get("zone"))
+    zone, zones = arguments.get("zone"), arguments.get("zones")
+    if zone is not None and zones is not None:  # the model would only check that they agree
+        raise InvalidQueryError("name the zone with zone or zones, not both")
+    first = zones[0] if isinstance(zones, list | tuple) and zones else None
+    # Several zones: the first one's fusion defaults.
+    fusion, alpha = settings.fusion_defaults(zone if zones is None else first)
     filled = {**arguments, "fusion": arguments.get("fusion") or fusion,
               "alpha": alpha if arguments.get("alpha") is None else arguments["alpha"]}
+    limits = {"max_k": settings.max_k, "max_leg_depth": settings.max_leg_depth}
     try:
-        return SearchRequest.model_validate(filled, context={"max_k": settings.max_k})
+        return SearchRequest.model_validate(filled, context=limits)
     except ValidationError as exc:
-        raise _invalid(exc, filled, max_k=settings.max_k) from exc
+        raise _invalid(exc, filled, limits=limits) from exc
 
 
-def _invalid(exc: ValidationError, arguments: Mapping[str, Any], *, max_k: int) -> InvalidQueryError:
+def _invalid(exc: ValidationError, arguments: Mapping[str, Any], *, limits: Mapping[str, int]) -> InvalidQueryError:
     """Pydantic's errors as one message: unknown arguments first (and the ones the task takes), then one
-    sentence per problem, in field order."""
+    sentence per problem, in field order. A zone is reported once, under the name the caller gave it by
+    (``zone`` and ``zones`` are filled from each other)."""
     errors = exc.errors()
     unknown = sorted(quoted(error["loc"][0]) for error in errors if error["type"] == "extra_forbidden")
     problems = []
     if unknown:
         problems.append(f"unknown search argument(s) {', '.join(unknown)}; the task takes {', '.join(ARGUMENTS)}")
-    problems += [_problem(error, arguments, max_k=max_k) for error in errors if error["type"] != "extra_forbidden"]
+    echoed = "zone" if arguments.get("zones") is not None else "zones"  # the one filled from the other
+    problems += [_problem(error, arguments, limits=limits) for error in errors
+                 if error["type"] != "extra_forbidden" and (error["loc"][:1] or ("",))[0] != echoed]
     return InvalidQueryError("; ".join(dict.fromkeys(problems)))  # a union's branches repeat one sentence
 
 
-def _problem(error: ErrorDetails, arguments: Mapping[str, Any], *, max_k: int) -> str:
+def _problem(error: ErrorDetails, arguments: Mapping[str, Any], *, limits: Mapping[str, int]) -> str:
     """One error in words: a validator's own message after what it is about; otherwise what the argument must
     be (its field's description, or the enum's choices) and what it got."""
     loc = error["loc"]
+    if not loc:  # a check of the whole request
+        return str(error["msg"]).removeprefix("Value error, ")
     name = str(loc[0])
     if error["type"] == "value_error":
         return f"{_subject(loc)} {str(error['msg']).removeprefix('Value error, ')}"
@@ -179,11 +267,14 @@ def _problem(error: ErrorDetails, arguments: Mapping[str, Any], *, max_k: int) -
     field = SearchRequest.model_fields[name]
     if isinstance(field.annotation, type) and issubclass(field.annotation, enum.Enum):
         return f"unknown {name} {got}; choose one of {', '.join(str(c.value) for c in field.annotation)}"
-    return f"{name} must be {str(field.description).format(max_k=max_k)}, got {got}"
+    return f"{name} must be {str(field.description).format(**limits)}, got {got}"
 
 
 def _subject(loc: tuple[int | str, ...]) -> str:
-    """What an error's location is, in words: ``zone``; in ``filters``, ``filter 'team'`` or ``a filter key``."""
+    """What an error's location is, in words: ``zone``; in ``filters``, ``filter 'team'`` or ``a filter key``;
+    in ``zones``, ``zones[1]``."""
+    if loc[0] == "zones" and len(loc) > 1:
+        return f"zones[{loc[1]}]"
     if loc[0] != "filters" or len(loc) == 1:
         return str(loc[0])
     return "a filter key" if loc[-1] == "[key]" else f"filter {quoted(loc[1])}"

@@ -177,6 +177,13 @@ def extract_features(query: str) -> RouteFeatures:
     )
 
 
+def identifiers(query: str) -> list[str]:
+    """The query's identifier-like tokens (punctuation around them stripped), each once, in order: what the
+    grep leg of hybrid search looks for verbatim (query/grep/service.py)."""
+    cores = (token.strip(_STRIP) for token in query.split() if _is_identifier(token, token.strip(_STRIP)))
+    return list(dict.fromkeys(cores))
+
+
 def _names(tokens: list[str]) -> tuple[int, set[str]]:
     """How many distinct identifier-like tokens, and the distinct named entities (identifiers included)."""
     identifiers: set[str] = set()

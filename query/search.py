@@ -33,19 +33,18 @@ from shardfuse.pipeline.core.errors import InvalidQueryError
 from shardfuse.pipeline.embed.providers import Embedder
 from shardfuse.pipeline.index.store import ChunkRecord
 from shardfuse.query import answer
-from shardfuse.query.boosts import NO_BOOST, Candidate, prepare_query, rerank
+from shardfuse.query.boosts import NO_BOOST, Candidate, QueryTerms, prepare_query, rerank
 from shardfuse.query.expansion.expander import Expansion, QueryExpander
-from shardfuse.query.fan_out import Leg, PendingLeg, ShardFanOut, elapsed_ms, located, merge
+from shardfuse.query.fan_out import Leg, PendingLeg, ShardFanOut, elapsed_ms, located, located_zones, merge
 from shardfuse.query.fusion import KEYWORD, VECTOR, FusedHit, fuse
-from shardfuse.query.ranking import diversify
-from shardfuse.query.request import SearchRequest
+from shardfuse.query.grep.service import GrepService
+from shardfuse.query.hydration import hydrate_enough
+from shardfuse.query.leg_weights import leg_weights
+from shardfuse.query.request import Mode, SearchRequest
+from shardfuse.query.rerank.stage import NO_RERANK, RerankStage, cacheable
 from shardfuse.query.result_cache import ResultCache, cache_key, settings_fingerprint
-from shardfuse.query.router import NEUTRAL, Route, route
+from shardfuse.query.router import NEUTRAL, route
 from shardfuse.query.shard_legs import ShardSearcher
-
-# An expansion leg counts this much of the leg it extends, shared among that kind's expansion legs: the
-# original query stays the strongest evidence.
-EXPANSION_SHARE = 0.5
 
 
 class QueryModels(Protocol):
@@ -79,9 +78,11 @@ class SearchService:
         write_versions: Callable[[], Sequence[int]] | None = None,
         expander: QueryExpander | None = None,
         models: QueryModels | None = None,
+        rerank: RerankStage = NO_RERANK,
     ) -> None:
         # Lives as long as the service (one per worker process), with its threads.
         self._fan_out = ShardFanOut(shards)
+        self._grep = GrepService(shards=shards, submit=self._fan_out.submit, settings=settings.grep)
         # Zones reindexed to another embedding model; None: every zone uses ``embedder``.
         self._models = models
         self._embedder = embedder
@@ -89,15 +90,17 @@ class SearchService:
         # timings include the model, as a first-time query's would.
         self._cached_embedder = cached_embedder or embedder
         self._settings = settings
-        self._settings_fingerprint = settings_fingerprint(settings)
+        self._settings_fingerprint = settings_fingerprint(settings) + rerank.fingerprint
         self._cache = cache
         # Per shard, a write version every commit moves forward: part of the cache key, with the published
         # BM25 index (its generation and delta) of each shard.
         self._write_versions = write_versions
         self._expander = expander
+        self._rerank = rerank  # after boosts, within its budget (query/rerank/stage.py)
 
     def close(self) -> None:
         self._fan_out.close()
+        self._rerank.close()
         if self._expander is not None:
             self._expander.close()
 
@@ -119,14 +122,20 @@ class SearchService:
             cached["timings_ms"] = {"total": round(elapsed_ms(started), 3), "computed": cached["timings_ms"]}
             return cached
         found = self._search(request, model, embedder=model.cached)
-        self._cache.put(key, found)
+        if cacheable(found):  # not an answer whose rerank fell back
+            self._cache.put(key, found)
         found["cache"] = "miss"
         return found
 
     def _model(self, request: SearchRequest) -> _Model:
         """The request's model if it names one (to compare a reindex's model before switching), else the
-        zone's: read once, so the query's embedding and the column it searches always belong together."""
-        name = request.model or (self._models.active(request.zone) if self._models else DEFAULT_MODEL)
+        zone's: read once, so the query's embedding and the column it searches always belong together. Zones
+        searched together must share their model (their vectors compare only then)."""
+        actives = {zone: self._models.active(zone) for zone in request.zones} if self._models else {}
+        if not request.model and len(set(actives.values())) > 1:
+            raise InvalidQueryError(f"zones searched together must use one embedding model; {actives} differ "
+                                    "(search them separately, or name one with model)")
+        name = request.model or actives.get(request.zone, DEFAULT_MODEL)
         if name == DEFAULT_MODEL:
             return _Model(DEFAULT_MODEL, self._embedder, self._cached_embedder)
         if self._models is None:
@@ -135,12 +144,15 @@ class SearchService:
         return _Model(name, direct, cached)
 
     def _search(self, request: SearchRequest, model: _Model, *, embedder: Embedder) -> dict[str, Any]:
+        if request.mode is Mode.GREP:
+            return self._grep.answer(request)
         started = time.perf_counter()
         settings = self._settings
         timings: dict[str, float] = {}
         plan = route(request.query) if _on(request.route, settings.router.enabled) else NEUTRAL
         limit = max(math.ceil(request.k * settings.over_fetch * plan.limit_multiplier), settings.min_leg_depth)
         legs = self._legs(request, limit, model.name, embedder=embedder, timings=timings)
+        legs.update(self._grep.legs(request, limit, timings=timings))  # a code-like query's exact tokens
         expansion = self._expand(request, limit, model, legs=legs, timings=timings)
 
         t = time.perf_counter()
@@ -149,25 +161,35 @@ class SearchService:
             {name: [(h.chunk_id, h.score) for _, h in leg.hits] for name, leg in legs.items()},
             alpha=request.alpha,
             rrf_k=request.rrf_k or settings.rrf_k,
-            weights=_leg_weights(legs, plan),
+            weights=leg_weights(legs, plan, grep_weight=settings.grep.leg_weight),
         )
         timings["fuse"] = elapsed_ms(t)
         t = time.perf_counter()
         shards = located(list(legs.values()))
-        present = self._hydrate_enough(fused, shards, request)
+        present = hydrate_enough(self._fan_out, fused, shards=shards, k=request.k,
+                                 zones=located_zones(list(legs.values()), default=request.zone),
+                                 rerank_depth=settings.rerank_depth, max_per_file=settings.max_chunks_per_file or None)
         timings["hydrate"] = elapsed_ms(t)
         t = time.perf_counter()
-        ranked = self._boost(request, present)
+        query_terms = prepare_query(request.query)
+        ranked = self._boost(request, present, query_terms)
         timings["boost"] = elapsed_ms(t)
+        ranked, reranked = self._rerank.apply(request.query, ranked, requested=request.rerank, timings=timings)
 
         leg_scores = {name: {h.chunk_id: h.score for _, h in legs[name].hits} for name in (KEYWORD, VECTOR)
                       if name in legs}
-        results = answer.results(ranked, k=request.k, leg_scores=leg_scores, located=shards, settings=settings)
+        results = answer.results(ranked, k=request.k, leg_scores=leg_scores, located=shards, settings=settings,
+                                 query_terms=query_terms, min_score=request.min_score,
+                                 include_text=request.include_text)
         timings["total"] = elapsed_ms(started)
+        counts = answer.candidate_counts({name: len(leg.hits) for name, leg in legs.items()}, fused=len(fused),
+                                         hydrated=len(present))
         found = answer.answer(request, model=model.name, results=results, plan=plan, timings=timings,
-                              generations=self._fan_out.generations())
+                              generations=self._fan_out.generations(), candidates=counts)
         if expansion is not None:
             found["expansion"] = expansion
+        if reranked is not None:
+            found["rerank"] = reranked
         return found
 
     def _legs(
@@ -181,13 +203,14 @@ class SearchService:
             t = time.perf_counter()
             embedding = embedder.embed_query(request.query)
             timings["embed"] = elapsed_ms(t)
-            vector = self._fan_out.submit_vector(embedding, zone=request.zone, where=request.where, limit=limit,
-                                                 model=model)
-        keyword = (self._fan_out.keyword(request.query, zone=request.zone, where=request.where, limit=limit)
+            vector = self._fan_out.submit_vector(embedding, zones=request.zones, where=request.where,
+                                                 limit=request.vector_depth or limit, model=model)
+        keyword = (self._fan_out.keyword(request.query, zones=request.zones, where=request.where,
+                                         limit=request.keyword_depth or limit)
                    if request.mode.uses_keyword else None)
         legs: dict[str, Leg] = {}
         if vector is not None:
-            legs[VECTOR] = merge(vector, limit)
+            legs[VECTOR] = merge(vector, request.vector_depth or limit, min_score=request.min_similarity)
         if keyword is not None:
             legs[KEYWORD] = keyword
         timings.update((name, leg.ms) for name, leg in legs.items())
@@ -215,7 +238,7 @@ class SearchService:
         """One extra keyword leg per lexical variant and one extra vector leg per question or passage."""
         where = request.where
         keyword: dict[str, Future[Leg]] = {
-            f"{KEYWORD}+{i}": self._fan_out.keyword_later(variant, zone=request.zone, where=where, limit=limit)
+            f"{KEYWORD}+{i}": self._fan_out.keyword_later(variant, zones=request.zones, where=where, limit=limit)
             for i, variant in enumerate(expansion.lexical if request.mode.uses_keyword else (), start=1)
         }
         pending: dict[str, PendingLeg] = {}
@@ -226,58 +249,28 @@ class SearchService:
                 embeddings.append(model.direct.embed_documents([expansion.passage])[0])
             for i, embedding in enumerate(embeddings, start=1):
                 pending[f"{VECTOR}+{i}"] = self._fan_out.submit_vector(
-                    np.asarray(embedding, dtype=np.float32), zone=request.zone, where=where, limit=limit,
+                    np.asarray(embedding, dtype=np.float32), zones=request.zones, where=where, limit=limit,
                     model=model.name)
-        legs = {name: merge(futures, limit) for name, futures in pending.items()}
+        legs = {name: merge(futures, limit, min_score=request.min_similarity) for name, futures in pending.items()}
         return {**{name: future.result() for name, future in keyword.items()}, **legs}
 
-    def _boost(self, request: SearchRequest, present: list[tuple[FusedHit, ChunkRecord]]) -> list[answer.Ranked]:
+    def _boost(self, request: SearchRequest, present: list[tuple[FusedHit, ChunkRecord]],
+               query_terms: QueryTerms) -> list[answer.Ranked]:
         boosts = self._settings.boosts
         if not _on(request.boost, boosts.enabled):
             return [(pair, pair[0].score, NO_BOOST) for pair in present]
         return rerank(
             present,
-            query_terms=prepare_query(request.query),
+            query_terms=query_terms,
             candidate_of=lambda pair: _candidate(pair[1]),
             score_of=lambda pair: pair[0].score,
             settings=boosts,
         )
 
-    def _hydrate_enough(
-        self, fused: list[FusedHit], shards: dict[str, int], request: SearchRequest
-    ) -> list[tuple[FusedHit, ChunkRecord]]:
-        """The best fused candidates with their chunks, in rounds of ``max(1.5·k, rerank_depth)``.
-
-        Only hydrated candidates are boosted, so the round size is also the rerank depth. Chunks replaced or
-        deleted since their BM25 generation was built do not hydrate and are dropped; another round runs
-        only when that, or the per-file cap, leaves fewer than ``k``.
-        """
-        window = max(request.k + request.k // 2, self._settings.rerank_depth)
-        max_per_file = self._settings.max_chunks_per_file or None
-        present: list[tuple[FusedHit, ChunkRecord]] = []
-        for start in range(0, len(fused), window):
-            batch = fused[start : start + window]
-            records = self._fan_out.hydrate([hit.chunk_id for hit in batch], shards, zone=request.zone)
-            present.extend((hit, records[hit.chunk_id]) for hit in batch if hit.chunk_id in records)
-            distinct = diversify(present, key=lambda pair: pair[1].path, max_per_key=max_per_file)
-            if sum(1 for _ in distinct) >= request.k:
-                break
-        return present
 
 
 def _on(requested: bool | None, default: bool) -> bool:
     return default if requested is None else requested
-
-
-def _leg_weights(legs: dict[str, Leg], plan: Route) -> dict[str, float]:
-    """The router's lean per kind of leg; expansion legs share ``EXPANSION_SHARE`` of their kind's weight."""
-    lean = {KEYWORD: plan.keyword_weight, VECTOR: plan.vector_weight}
-    extra = {kind: sum(1 for name in legs if name.startswith(kind + "+")) for kind in lean}
-    weights: dict[str, float] = {}
-    for name in legs:
-        kind = name.split("+", 1)[0]
-        weights[name] = lean[kind] if name == kind else lean[kind] * EXPANSION_SHARE / extra[kind]
-    return weights
 
 
 def _candidate(record: ChunkRecord) -> Candidate:

@@ -12,6 +12,7 @@ from shardfuse.pipeline.config.settings import DEFAULT_MODEL
 from shardfuse.pipeline.index.lexical import LexicalShardReader
 from shardfuse.pipeline.index.lexical.stats import TermStats
 from shardfuse.pipeline.index.store import ChunkFilter, ChunkRecord, ShardStore
+from shardfuse.pipeline.index.store.grep_store import CandidateBlock
 
 
 class LegHit(NamedTuple):
@@ -34,6 +35,9 @@ class ShardSearcher(Protocol):
     ) -> list[LegHit]: ...
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]: ...
+
+    def grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
+                    after: tuple[str, int] | None = None, limit: int) -> list[CandidateBlock]: ...
 
     def generation(self) -> int | None: ...
 
@@ -68,6 +72,11 @@ class StoreShardSearcher:
         hits = self._store.vector_search(embedding, zone=zone, limit=limit, ef_search=self._ef_search, where=where,
                                          model=model)
         return [LegHit(h.chunk_id, h.score) for h in hits]
+
+    def grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
+                    after: tuple[str, int] | None = None, limit: int) -> list[CandidateBlock]:
+        """Candidate blocks of the grep index (query/grep/)."""
+        return self._store.grep_blocks(zone=zone, any_of=any_of, where=where, after=after, limit=limit)
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
         return self._store.fetch_chunks(chunk_ids, zone=zone)

@@ -35,12 +35,13 @@ class SearchClient:
         self._timeout = settings.query.rpc_timeout_s
         self._retry_after_s = settings.query.rpc_retry_after_s
 
-    def search(self, query: str, zone: str, **options: Any) -> dict[str, Any]:
-        """Search ``zone`` for ``query``; ``options`` are any other :class:`~shardfuse.query.request.SearchRequest`
-        fields (``k``, ``mode``, ``fusion``, ``filters``, ...). What the caller leaves out (or passes as None,
+    def search(self, query: str, zone: str | None = None, **options: Any) -> dict[str, Any]:
+        """Search ``zone`` (or several, ``zones=[...]`` instead) for ``query``; ``options`` are any other
+        :class:`~shardfuse.query.request.SearchRequest` fields (``k``, ``mode``, ``fusion``, ``filters``,
+        ``min_score``, ``keyword_depth``, ``include_text``, ...). What the caller leaves out (or passes as None,
         for ``fusion`` and ``alpha``) the query worker's settings decide. A refused request raises the worker's
         :class:`InvalidQueryError`."""
-        arguments = {"query": query, "zone": zone, **options}
+        arguments = {"query": query, **({} if zone is None else {"zone": zone}), **options}
         deadline = time.monotonic() + self._timeout
         sent: list[AsyncResult] = []
         try:
@@ -88,7 +89,7 @@ class SearchClient:
                     return answer
 
 
-def remote_search(settings: Settings, query: str, zone: str, **options: Any) -> dict[str, Any]:
+def remote_search(settings: Settings, query: str, zone: str | None = None, **options: Any) -> dict[str, Any]:
     """One search through the RPC task (for a single call; reuse a :class:`SearchClient` for many)."""
     return SearchClient(settings).search(query, zone, **options)
 

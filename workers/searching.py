@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from shardfuse.pipeline.embed.query_cache import CachedQueryEmbedder
 from shardfuse.pipeline.index.lexical import LexicalShardReader
 from shardfuse.query.expansion.expander import QueryExpander, RedisExpansionCache
+from shardfuse.query.rerank import build_stage
 from shardfuse.query.result_cache import RedisResultCache
 from shardfuse.query.search import SearchService
 from shardfuse.query.shard_legs import StoreShardSearcher
@@ -20,6 +21,7 @@ def build_searcher(runtime: WorkerRuntime) -> SearchService:
     otherwise answer without its keyword leg), follow new publishes in the background, and serve both legs."""
     settings = runtime.settings
     q = settings.query
+    rerank = build_stage(settings.rerank)  # first: a reranker that cannot load is a configuration error at start
     follower = runtime.bm25_follower
     follower.sync()
     follower.start()
@@ -41,4 +43,5 @@ def build_searcher(runtime: WorkerRuntime) -> SearchService:
             runtime.redis, max_entries=q.expansion.cache_max_entries,
             max_entry_bytes=q.expansion.cache_max_entry_bytes)),
         models=runtime.models,
+        rerank=rerank,
     )

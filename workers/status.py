@@ -193,9 +193,13 @@ def _shard_lines(shard_counts: list[dict[str, Any]]) -> list[str]:
         for zone in shard["zones"]:
             lines.append(f"shard {shard['shard']}  zone {zone['zone']}: {zone['documents']} documents, "
                          f"{zone['chunks']} chunks, {zone['skipped']} skipped, {zone['deleted']} deleted")
-            if zone.get("dropped"):
+            dropped = dict(zone.get("dropped") or {})
+            if truncated := dropped.pop("embedding_truncated", 0):  # pipeline/embed/batcher.py TRUNCATED
+                lines.append(f"           chunks the embedding model read only the start of: {truncated} "
+                             "(embedder.oversize_input = split embeds all of them)")
+            if dropped:
                 lines.append("           chunks dropped by the entropy filter: " + ", ".join(
-                    f"{count} {reason}" for reason, count in sorted(zone["dropped"].items())))
+                    f"{count} {reason}" for reason, count in sorted(dropped.items())))
             if zone.get("backfill_documents"):
                 lines.append(f"           waiting for LLM contexts: {zone['backfill_chunks']} chunk(s) of "
                              f"{zone['backfill_documents']} document(s) (shardfuse backfill-context)")

@@ -25,6 +25,10 @@ class ChunkingSettings(_Section):
     encoding: str = "cl100k_base"
     max_tokens: int = Field(default=512, ge=16)
     overlap_tokens: int = Field(default=64, ge=0)
+    # Shrink a document's budget until each chunk with its context fits the embedding model's input, counted
+    # in the model's own tokenizer (all-MiniLM-L6-v2: 256 word-pieces; pipeline/ingest/embedder_fit.py).
+    # false: chunks follow max_tokens alone, and embedder.oversize_input handles those over the limit.
+    fit_embedder: bool = True
     # Strategy per document type (pipeline/ingest/chunkers): a file extension, "code" (any source language the
     # symbol extractor knows) or "*" (everything else) → fixed | overlapping | semantic | code.
     strategies: dict[str, ChunkStrategy] = Field(default_factory=lambda: dict(_DEFAULT_STRATEGIES))

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr
 
+from shardfuse.pipeline.config.grep import GrepSettings
 from shardfuse.pipeline.config.section import Section as _Section
 
 
@@ -27,6 +28,8 @@ class BoostSettings(_Section):
     any_symbol: float = Field(default=0.15, ge=0)  # added when any symbol the chunk defines is
     complete_role: float = Field(default=0.10, ge=0)  # added for a chunk holding a whole definition
     declaration_role: float = Field(default=0.05, ge=0)  # added for a chunk holding a signature
+    # A query that is one name ranks the chunks defining it first (query/symbol_boosts.py).
+    definitions_first: bool = True
 
 
 class RouterSettings(_Section):
@@ -70,6 +73,9 @@ class QuerySettings(_Section):
     min_leg_depth: int = Field(default=30, ge=1)
     rrf_k: int = Field(default=60, ge=1)
     max_k: int = Field(default=1000, ge=1)
+    # The most candidates a request may ask one leg for (its keyword_depth / vector_depth): pgvector's
+    # hnsw.ef_search, which a vector leg raises to its depth, stops at 1000.
+    max_leg_depth: int = Field(default=1000, ge=1)
     hnsw_ef_search: int = Field(default=100, ge=1)
     # Diversification: at most this many chunks of one file in a result list (0 switches it off).
     max_chunks_per_file: int = Field(default=3, ge=0)
@@ -107,3 +113,4 @@ class QuerySettings(_Section):
     boosts: BoostSettings = BoostSettings()
     router: RouterSettings = RouterSettings()
     expansion: ExpansionSettings = ExpansionSettings()
+    grep: GrepSettings = GrepSettings()

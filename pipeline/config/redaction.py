@@ -91,6 +91,7 @@ def secret_values(settings: Any) -> list[str]:
         settings.embedder.api_key.get_secret_value(),
         settings.context.api_key.get_secret_value(),
         settings.query.expansion.api_key.get_secret_value(),
+        settings.rerank.api_key.get_secret_value(),
         settings.flower.password.get_secret_value(),
         settings.cas.s3.secret_access_key.get_secret_value(),
     ]

@@ -48,6 +48,7 @@ from shardfuse.pipeline.config.query import (
     RouterSettings,
     ZoneProfile,
 )
+from shardfuse.pipeline.config.rerank import RerankProvider, RerankSettings
 from shardfuse.pipeline.config.stack_secrets import with_stack_secrets
 from shardfuse.pipeline.config.stores import (
     Bm25Settings,
@@ -72,7 +73,8 @@ __all__ = [
     "CONFIG_ENV", "DEFAULT_MODEL", "MODEL_NAME", "Bm25Settings", "BoostSettings", "BrokerSettings", "CasSettings",
     "ChunkStrategy", "ChunkingSettings", "ContextSettings", "DeliverySettings", "EmbedderProvider", "EmbedderSettings",
     "EntropySettings", "ExpansionSettings", "FlowerSettings", "FusionName", "IngestSettings", "LimitSettings",
-    "LoggingSettings", "PostgresSettings", "QuerySettings", "RouterSettings", "Settings", "StackSettings", "TaskLimits",
+    "LoggingSettings", "PostgresSettings", "QuerySettings", "RerankProvider", "RerankSettings", "RouterSettings",
+    "Settings", "StackSettings", "TaskLimits",
     "VectorIndexSettings", "VectorStorage", "WorkerSettings", "ZoneProfile", "config_file_from_env", "load_settings",
     "settings_from_json",
 ]  # fmt: skip
@@ -115,6 +117,7 @@ class Settings(BaseSettings):
     vector_index: VectorIndexSettings = VectorIndexSettings()
     bm25: Bm25Settings = Bm25Settings()
     query: QuerySettings = QuerySettings()
+    rerank: RerankSettings = RerankSettings()  # reranking after fusion (pipeline/config/rerank.py); off by default
     workers: WorkerSettings = WorkerSettings()
     delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()

@@ -92,6 +92,15 @@ def chunk_id(zone: str, path: str, seq: int, ordinal: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class TextBlock:
+    """Whole lines of a document's decoded text, from line ``start_line`` (1-based) on, joined by ``"\\n"``:
+    what the grep index holds (:mod:`shardfuse.pipeline.index.store.grep_blocks`)."""
+
+    start_line: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedDocument:
     """A decoded, chunked document on its way from the ingest stage to the embed stage."""
 
@@ -103,6 +112,9 @@ class PreparedDocument:
     dropped: dict[str, int] = field(default_factory=dict)
     # Re-index at the same seq (backfill-context): replaces what the shard holds for that seq.
     refresh: bool = False
+    # The whole text in blocks of lines, for the grep index; empty in a message from an older release (the
+    # document is then written without grep blocks until it is indexed again).
+    blocks: tuple[TextBlock, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +124,7 @@ class PreparedDocument:
             "line_count": self.line_count,
             "dropped": dict(self.dropped),
             "refresh": self.refresh,
+            "blocks": [[b.start_line, b.text] for b in self.blocks],
         }
 
     @classmethod
@@ -127,6 +140,7 @@ class PreparedDocument:
                 line_count=int(data["line_count"]),
                 dropped={str(k): int(v) for k, v in (data.get("dropped") or {}).items()},
                 refresh=bool(data.get("refresh", False)),
+                blocks=tuple(_block(b) for b in data.get("blocks") or ()),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # pydantic's ValidationError included
             raise InvalidEventError(f"malformed embed document: {type(exc).__name__}: {exc}"[:2000]) from exc
@@ -136,3 +150,11 @@ class PreparedDocument:
                 raise InvalidEventError(f"embed document for {document.event.zone}/{document.event.path} names "
                                         f"shard {document.shard}; its path belongs on shard {expected} of {shards}")
         return document
+
+
+def _block(raw: Any) -> TextBlock:
+    """One ``[start_line, text]`` pair of :meth:`PreparedDocument.to_dict`'s ``blocks``."""
+    start_line, text = raw
+    if not isinstance(text, str) or int(start_line) < 1:
+        raise ValueError(f"a text block is [start_line >= 1, text], got {str(raw)[:80]}")
+    return TextBlock(start_line=int(start_line), text=text)

@@ -64,6 +64,16 @@ class BatchStats:
         return self.embedding.requests
 
 
+# The key of the documents' ``dropped`` counts under which chunks the embedding model read only the start of
+# are counted (the rest of their text is in BM25 but not in their vector): ``shardfuse status`` shows them.
+TRUNCATED = "embedding_truncated"
+
+
+def _with_truncated(dropped: dict[str, int], hashes: list[str], result: StageResult | None) -> dict[str, int]:
+    cut = sum(h in result.truncated for h in hashes) if result is not None else 0
+    return {**dropped, TRUNCATED: cut} if cut else dropped
+
+
 class EmbedBatcher:
     """Gathers documents from concurrent callers into shared embedding requests and shard writes."""
 
@@ -200,9 +210,10 @@ class EmbedBatcher:
                 embeddings=vectors.pop(DEFAULT_MODEL, None),
                 model_embeddings=vectors,
                 line_count=p.document.line_count,
-                dropped=p.document.dropped,
+                dropped=_with_truncated(p.document.dropped, hashes, results.get(DEFAULT_MODEL)),
                 refresh=p.document.refresh,
                 fence=p.fence,
+                blocks=p.document.blocks,
             )
             by_shard[p.document.shard].append(PendingWrite(change, p.future))
 
@@ -226,7 +237,7 @@ class EmbedBatcher:
                                      write_ms=write_ms)
         log.info(
             "embedded %d chunks (%d distinct, %d from the cache) of %d documents in %d request(s) (%.0f ms, "
-            "%d failed, %d oversize inputs), wrote %d shard(s) (%.0f ms)",
+            "%d failed, %d oversize inputs, %d of them truncated), wrote %d shard(s) (%.0f ms)",
             embedding.chunks, embedding.unique, embedding.cache_hits, documents, embedding.requests,
-            embedding.embed_ms, embedding.failed_requests, embedding.oversize, shards, write_ms,
+            embedding.embed_ms, embedding.failed_requests, embedding.oversize, embedding.truncated, shards, write_ms,
         )

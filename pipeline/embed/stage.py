@@ -2,10 +2,15 @@
 
 1. Chunks are identified by their content hash, so identical text anywhere in the flush (licence headers,
    boilerplate, an unchanged paragraph of a re-published document) is looked up and embedded once.
-2. The embedding cache (``(provider, model, dimensions, chunk_hash) → vector``) answers what it knows.
-3. Every missing text is fitted to the provider's per-input token limit by the configured rule
-   (``truncate`` or ``split``; each case counted), then packed in order into requests that respect the
-   provider's inputs-per-request and tokens-per-request limits and ``batch_size``.
+2. Every text is counted in the provider's own tokenizer (the local model's too: all-MiniLM-L6-v2 reads 256
+   word-pieces) and one over its per-input limit is fitted by the configured rule: ``truncate`` embeds its
+   first tokens, ``split`` embeds consecutive windows and averages them (weighted by tokens, normalised).
+   Each such text is counted (``shardfuse_embedding_oversize_chunks_total``), and the result names the
+   truncated ones, for the documents' rows (``shardfuse status``): no text is cut silently.
+3. The embedding cache (``(provider, model, dimensions, chunk_hash) → vector``) answers what it knows; the
+   vector of a text embedded as averaged windows is cached under its own key (``<hash>/split``), so
+   switching the rule never serves the other rule's vector. Missing texts are packed in order into
+   requests that respect the provider's inputs-per-request and tokens-per-request limits and ``batch_size``.
 4. Requests run on up to ``max_concurrent`` threads; each holds a backpressure lease (per-process AIMD
    limit plus the Redis-backed global limit) only around the provider call, and is retried with bounded
    exponential backoff that honours ``Retry-After``.
@@ -57,7 +62,8 @@ class StageStats:
     embedded: int = 0
     requests: int = 0
     failed_requests: int = 0
-    oversize: int = 0
+    oversize: int = 0  # distinct texts over the per-input limit (cache hits included)…
+    truncated: int = 0  # …of which only the first tokens were read (rule "truncate")
     tokens: int = 0
     embed_ms: float = 0.0
 
@@ -67,10 +73,11 @@ class StageResult:
     vectors: Mapping[str, Vectors]  # chunk hash → unit vector
     failed: Mapping[str, Exception]  # chunk hash → why its request finally failed
     stats: StageStats = field(default_factory=StageStats)
+    truncated: frozenset[str] = frozenset()  # chunk hashes whose vector read only the start of their text
 
 
 class _WordCounter:
-    """Counts for providers without a token counter (local, hashing): only used to size requests."""
+    """Counts for an embedder without a token counter or limits (hashing: reads any length): sizes requests."""
 
     def count(self, text: str) -> int:
         return len(text.split())
@@ -124,26 +131,28 @@ class EmbeddingStage:
     def embed(self, texts: Mapping[str, str], *, chunks: int | None = None) -> StageResult:
         """Vectors for ``texts`` (chunk hash → text); ``chunks`` is how many chunks they came from."""
         started = time.perf_counter()
-        cached = self._cache.get_many(texts) if self._cache is not None and texts else {}
+        tokens = {h: self._counter.count(text) for h, text in texts.items()}
+        limit = self._limits.max_tokens_per_input if self._limits is not None else None
+        oversize = {h for h, n in tokens.items() if limit is not None and n > limit}
+        keys = {h: self._cache_key(h, oversize=h in oversize) for h in texts}
+        cached = self._cached(keys)
         missing = {h: t for h, t in texts.items() if h not in cached}
 
-        # Each missing text, as the pieces sent and their token counts. Counting is the costly part (tiktoken
-        # for OpenAI), so a text that fits is counted once; only an oversize one is cut and its pieces counted.
+        # Each missing text, as the pieces sent and their token counts.
         pieces: dict[str, tuple[tuple[str, int], ...]] = {}
-        oversize = 0
         for chunk_hash, text in missing.items():
-            tokens = self._counter.count(text)
-            if self._limits is None or tokens <= self._limits.max_tokens_per_input:
-                pieces[chunk_hash] = ((text, tokens),)
+            if chunk_hash not in oversize:
+                pieces[chunk_hash] = ((text, tokens[chunk_hash]),)
                 continue
+            assert self._limits is not None
             fitted = fit_input(text, self._counter, self._limits, self._rule)
             pieces[chunk_hash] = tuple((piece, self._counter.count(piece)) for piece in fitted.pieces)
-            oversize += 1
+        truncated = frozenset(oversize) if self._rule == "truncate" else frozenset()
         if oversize:
-            log.warning("%d input(s) exceeded the provider's per-input token limit and were %s",
-                        oversize, "truncated" if self._rule == "truncate" else "split and averaged")
+            log.warning("%d input(s) exceeded %s's per-input limit of %s tokens and were %s", len(oversize),
+                        self._embedder.name, limit, "truncated" if truncated else "split into averaged windows")
 
-        items = [PackItem(key=(h, i), tokens=tokens) for h, ps in pieces.items() for i, (_, tokens) in enumerate(ps)]
+        items = [PackItem(key=(h, i), tokens=n) for h, ps in pieces.items() for i, (_, n) in enumerate(ps)]
         texts_by_key = {(h, i): piece for h, ps in pieces.items() for i, (piece, _) in enumerate(ps)}
         batches = pack(items, self._pack_limits)
         outcomes = list(self._pool.map(lambda b: self._send(b, texts_by_key), batches))
@@ -161,10 +170,10 @@ class EmbeddingStage:
             if chunk_hash in failed:
                 continue
             rows = np.stack([by_piece[(chunk_hash, i)] for i in range(len(ps))])
-            weights = [max(1, tokens) for _, tokens in ps]
+            weights = [max(1, n) for _, n in ps]
             fresh[chunk_hash] = rows[0] if len(ps) == 1 else merge_pieces(rows, weights)
         if self._cache is not None and fresh:
-            self._cache.put_many(fresh)
+            self._cache.put_many({keys[h]: v for h, v in fresh.items()})
         stats = StageStats(
             chunks=len(texts) if chunks is None else chunks,
             unique=len(texts),
@@ -172,12 +181,26 @@ class EmbeddingStage:
             embedded=len(fresh),
             requests=len(batches),
             failed_requests=sum(isinstance(o, Exception) for o in outcomes),
-            oversize=oversize,
+            oversize=len(oversize),
+            truncated=len(truncated),
             tokens=sum(item.tokens for item in items),
             embed_ms=(time.perf_counter() - started) * 1000,
         )
         count(stats, model=self._embedder.name)
-        return StageResult(vectors={**cached, **fresh}, failed=failed, stats=stats)
+        return StageResult(vectors={**cached, **fresh}, failed=failed, stats=stats, truncated=truncated)
+
+    def _cache_key(self, chunk_hash: str, *, oversize: bool) -> str:
+        """A text that fits has one vector whatever the rule; an oversize one has one per rule. "truncate"
+        keeps the plain hash: the vector of the text's first tokens, which is what the model made of it
+        before inputs were fitted (it truncated silently), so caches filled back then stay valid."""
+        return f"{chunk_hash}/{self._rule}" if oversize and self._rule != "truncate" else chunk_hash
+
+    def _cached(self, keys: Mapping[str, str]) -> dict[str, Vectors]:
+        """chunk hash → cached vector, for the hashes whose key the cache holds."""
+        if self._cache is None or not keys:
+            return {}
+        found = self._cache.get_many(keys.values())
+        return {h: found[key] for h, key in keys.items() if key in found}
 
     def _send(self, batch: Batch[tuple[str, int]], texts: Mapping[tuple[str, int], str]) -> Vectors | Exception:
         """One provider request, retried within the budget; its final error is returned, not raised."""
@@ -225,6 +248,8 @@ def count(stats: StageStats, *, model: str) -> None:
     metrics.inc(metrics.EMBEDDING_TOKENS, stats.tokens, **labels)
     metrics.inc(metrics.EMBEDDING_REQUESTS, stats.requests - stats.failed_requests, outcome="ok", **labels)
     metrics.inc(metrics.EMBEDDING_REQUESTS, stats.failed_requests, outcome="failed", **labels)
+    metrics.inc(metrics.EMBEDDING_OVERSIZE, stats.truncated, handling="truncated", **labels)
+    metrics.inc(metrics.EMBEDDING_OVERSIZE, stats.oversize - stats.truncated, handling="split", **labels)
 
 
 def unique_texts(texts_and_hashes: Iterable[tuple[str, str]]) -> dict[str, str]:

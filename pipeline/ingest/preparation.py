@@ -1,6 +1,8 @@
 """From decoded text to the chunks that get embedded: chunk → filter → contextualize.
 
-1. **Chunk** by the strategy the document's type maps to (:mod:`shardfuse.pipeline.ingest.chunkers`).
+1. **Chunk** by the strategy the document's type maps to (:mod:`shardfuse.pipeline.ingest.chunkers`), at a
+   budget that lets each chunk and its context fit the embedding model's input
+   (:mod:`shardfuse.pipeline.ingest.embedder_fit`, ``chunking.fit_embedder``).
 2. **Filter** (when ``entropy.enabled``): exact duplicates, near-empty and boilerplate chunks and chunks
    whose information score falls below the threshold are dropped before any embedding is paid for
    (:mod:`shardfuse.pipeline.ingest.chunk_filter`); the drops are counted by reason. A document never loses every chunk.
@@ -22,10 +24,12 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.documents import Chunk, ContextSource
 from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.embed.providers.model_limits import input_limit
 from shardfuse.pipeline.ingest.chunk_filter import ChunkVerdict, DropReason, FilterSettings, drop_counts, filter_chunks
 from shardfuse.pipeline.ingest.chunkers import ChunkBudget, chunk_document, renumbered
 from shardfuse.pipeline.ingest.context.headings import with_headings_context
 from shardfuse.pipeline.ingest.context.llm import ContextOutcome, ContextRequest
+from shardfuse.pipeline.ingest.embedder_fit import fitted_chunks
 
 
 class ChunkRegistry(Protocol):
@@ -65,7 +69,12 @@ def prepare_chunks(
     and a ``registry``, a chunk another document of ``zone`` indexed first is dropped as ``repeated``."""
     chunking = settings.chunking
     budget = ChunkBudget(max_tokens=chunking.max_tokens, overlap_tokens=chunking.overlap_tokens)
-    candidates = chunk_document(text, path=path, counter=counter, budget=budget, strategies=chunking.strategies)
+    limit = input_limit(settings.embedder) if chunking.fit_embedder else None
+    if limit is not None:  # chunk + context within the model's input (pipeline/ingest/embedder_fit.py)
+        candidates = fitted_chunks(text, path=path, counter=counter, budget=budget, strategies=chunking.strategies,
+                                   limit=limit, context_source=settings.context.source)
+    else:
+        candidates = chunk_document(text, path=path, counter=counter, budget=budget, strategies=chunking.strategies)
     checkpoint("chunking")
     verdicts: list[ChunkVerdict] | None = None
     kept = candidates

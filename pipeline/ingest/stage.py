@@ -15,6 +15,7 @@ from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.core.sharding import shard_for
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
+from shardfuse.pipeline.index.store.grep_blocks import cut_blocks
 from shardfuse.pipeline.ingest.decode import Decoded, Skipped, decode_content, too_large
 from shardfuse.pipeline.ingest.preparation import ChunkRegistry, Contextualizer, PreparedChunks, prepare_chunks
 from shardfuse.pipeline.storage.cas import ContentStore
@@ -92,7 +93,7 @@ def ingest_event(
         change = DocumentChange(event=event, status=DocStatus.SKIPPED, reason=reason, fence=fence)
         return _applied(store, change, IngestResult.SKIPPED, reason=reason)
     document = PreparedDocument(event=event, shard=shard, chunks=prepared.chunks, line_count=decoded.line_count,
-                                dropped=prepared.dropped, refresh=refresh)
+                                dropped=prepared.dropped, refresh=refresh, blocks=cut_blocks(decoded.text))
     return IngestOutcome(IngestResult.PREPARED, shard, document=document)
 
 

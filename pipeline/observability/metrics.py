@@ -53,6 +53,10 @@ EMBEDDING_TOKENS = Counter(
 EMBEDDING_REQUESTS = Counter(
     "embedding_requests", "Embedding provider requests, by final outcome (after retries).",
     [*_EMBEDDING, "outcome"], namespace=NAMESPACE)  # outcome: ok | failed
+EMBEDDING_OVERSIZE = Counter(
+    "embedding_oversize_chunks", "Distinct chunk texts over the embedding model's per-input token limit (in its own "
+    "tokenizer), by how they were embedded: truncated (the rest was not read) or split (windows averaged).",
+    [*_EMBEDDING, "handling"], namespace=NAMESPACE)  # handling: truncated | split
 PROVIDER_RATE_LIMITED = Counter(
     "provider_rate_limited", "Provider answers that were HTTP 429 (rate limited).", ["provider"],
     namespace=NAMESPACE)
@@ -62,6 +66,10 @@ PROVIDER_RETRIES = Counter(
 QUERY_DURATION = Histogram(
     "query_duration_seconds", "Time the search task took, by mode and outcome.", ["mode", "outcome"],
     namespace=NAMESPACE, buckets=BUCKETS_S)  # outcome: ok | cached | invalid | error
+RERANKS = Counter(
+    "reranks", "Rerank steps after fusion, by provider and outcome (all but applied kept the fused order).",
+    ["provider", "outcome"], namespace=NAMESPACE)
+# outcome: applied | rate_limited | timeout | unavailable | malformed | refused (query/rerank/stage.py)
 
 
 def inc(counter: Counter, value: float = 1, **labels: object) -> None:

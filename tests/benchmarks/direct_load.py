@@ -9,8 +9,9 @@ embedded by the
 stack's embedder (``embed_documents`` over each chunk's ``indexed_text``, as the embed stage does), and written
 by :meth:`shardfuse.pipeline.index.store.ShardStore.apply` (the embed stage's write path: placeholder rows, version
 check, binary
-``COPY`` of the chunk rows) in batches, with the HNSW index deferred for the load and built afterwards exactly as
-bulk-load mode does (``defer_vector_index``/``build_vector_index``). Each shard's BM25 index is then built as
+``COPY`` of the chunk rows and the grep index's blocks) in batches, with the HNSW index deferred for the load
+and built afterwards exactly as bulk-load mode does (``defer_vector_index``/``build_vector_index``). Each
+shard's BM25 index is then built as
 ``shardfuse.bm25_rebuild`` builds it: the freshness counter bumped as a commit would, then a full build (a
 merge, :meth:`shardfuse.pipeline.index.lexical.updates.ShardIndexer.merge`, published to the shard's
 database) with the stack's tokenizer, ``k1``, ``b`` and ``keep_generations``.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import redis
 
 from shardfuse.pipeline.config.settings import Settings
-from shardfuse.pipeline.core.documents import Chunk
+from shardfuse.pipeline.core.documents import Chunk, TextBlock
 from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.core.sharding import shard_for
 from shardfuse.pipeline.core.token_counting import TokenCounter
@@ -39,6 +40,7 @@ from shardfuse.pipeline.index.lexical import Tokenizer
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.maintenance import shard_indexer
 from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardPools
+from shardfuse.pipeline.index.store.grep_blocks import cut_blocks
 from shardfuse.pipeline.ingest.decode import Decoded, decode_content
 from shardfuse.pipeline.ingest.preparation import prepare_chunks
 from tests.benchmarks.scale import Doc
@@ -52,6 +54,8 @@ class Prepared:
     event: WriteEvent
     chunks: tuple[Chunk, ...]
     line_count: int
+    # The text in blocks of lines for the grep index, as the ingest stage cuts it.
+    blocks: tuple[TextBlock, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,8 @@ def _prepare_batch(docs: list[Doc], zone: str, settings: Settings) -> list[Prepa
         chunks = prepare_chunks(decoded.text, path=doc.path, doc_hash=content_hash, settings=settings,
                                 counter=counter, zone=zone).chunks
         if chunks:
-            out.append(Prepared(shard_for(zone, doc.path, settings.shards), event, chunks, decoded.line_count))
+            out.append(Prepared(shard_for(zone, doc.path, settings.shards), event, chunks, decoded.line_count,
+                                cut_blocks(decoded.text)))
     return out
 
 
@@ -145,6 +150,6 @@ def _embedded(batch: list[Prepared], settings: Settings) -> list[DocumentChange]
     for p in batch:
         n = len(p.chunks)
         out.append(DocumentChange(event=p.event, status=DocStatus.INDEXED, chunks=p.chunks,
-                                  embeddings=vectors[at : at + n], line_count=p.line_count))
+                                  embeddings=vectors[at : at + n], line_count=p.line_count, blocks=p.blocks))
         at += n
     return out

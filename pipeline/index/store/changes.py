@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shardfuse.pipeline.config.settings import DEFAULT_MODEL
-from shardfuse.pipeline.core.documents import Chunk
+from shardfuse.pipeline.core.documents import Chunk, TextBlock
 from shardfuse.pipeline.core.events import WriteEvent
 
 
@@ -42,13 +42,16 @@ class DocumentChange:
     # The fencing token of the writer's document lease (shardfuse.pipeline.coordination.leases); None: written without
     # a lease.
     fence: int | None = None
+    # The document's text in blocks of lines for the grep index (shardfuse.pipeline.index.store.grep_blocks);
+    # written with the chunks, in the same transaction. Empty: no grep blocks (an older release's message).
+    blocks: tuple[TextBlock, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if self.status is DocStatus.INDEXED:
             vectors = [v for v in (self.embeddings, *self.model_embeddings.values()) if v is not None]
             if not vectors or any(len(v) != len(self.chunks) for v in vectors):
                 raise ValueError("an indexed change needs one embedding per chunk")
-        elif self.chunks:
+        elif self.chunks or self.blocks:
             raise ValueError(f"a {self.status} change carries no chunks")
 
     @property

@@ -19,10 +19,12 @@ psycopg error as their cause. Inside the ``with`` block psycopg's own errors are
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -30,7 +32,15 @@ from pgvector.psycopg import register_vector
 from psycopg import errors, pq
 from psycopg_pool import ConnectionPool
 
-from shardfuse.pipeline.core.errors import SchemaMissingError, ShardfuseError, StoreUnavailableError, TransientError
+from shardfuse.pipeline.core.errors import (
+    ConfigurationError,
+    SchemaMissingError,
+    ShardfuseError,
+    StoreUnavailableError,
+    TransientError,
+)
+
+log = logging.getLogger(__name__)
 
 # SQLSTATE classes of a database out of reach: connection exception (08), insufficient resources (53),
 # operator intervention stopping the server (57P), system error (58). Client-side failures (refused
@@ -39,14 +49,11 @@ _UNREACHABLE_STATES = ("08", "53", "57P", "58")
 _MISSING = (errors.UndefinedTable, errors.InvalidSchemaName)
 
 
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    register_vector(conn)
-
-
 def open_pool(
     dsn: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0
 ) -> ConnectionPool[psycopg.Connection[Any]]:
-    """Open a pool whose connections know the ``vector`` type.
+    """Open a pool whose connections know the ``vector`` type and what the database's pgvector can do
+    (:func:`server_features`, read once here for the whole pool).
 
     The extension is created first on a plain connection: ``register_vector`` fails on a database that
     does not have it yet, and a pool that failed its configure step would retry forever in the background.
@@ -54,11 +61,22 @@ def open_pool(
     with postgres_errors("the", where=lambda: postgres_location(dsn)):
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            features = detect_features(conn)
+        if not features.iterative_scan and features.available >= ITERATIVE_SCAN_SINCE:
+            log.warning("%s: the vector extension is %s but the server has %s; `ALTER EXTENSION vector UPDATE` "
+                        "(as its owner) enables iterative index scans for filtered searches",
+                        postgres_location(dsn), _dotted(features.pgvector), _dotted(features.available))
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            register_vector(conn)
+            with _features_lock:
+                _features[conn] = features
+
         pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=min_size,
             max_size=max_size,
-            configure=_configure,
+            configure=configure,
             timeout=timeout,
             open=False,
             name="shardfuse",
@@ -145,6 +163,59 @@ def reading_connection(
                 conn.autocommit = False
             else:
                 conn.close()
+
+
+# pgvector 0.8's iterative index scans: an HNSW scan with a filter goes on until it found enough rows that pass.
+ITERATIVE_SCAN_SINCE = (0, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFeatures:
+    """What a database's pgvector offers: ``pgvector`` is its ``vector`` extension's version (the SQL objects a
+    query may use), ``available`` the version the server's files would update it to."""
+
+    pgvector: tuple[int, ...]
+    available: tuple[int, ...]
+
+    @property
+    def iterative_scan(self) -> bool:
+        """``hnsw.iterative_scan`` exists (the extension itself, not only the server's library, is 0.8+)."""
+        return self.pgvector >= ITERATIVE_SCAN_SINCE
+
+
+def detect_features(conn: psycopg.Connection[Any]) -> ServerFeatures:
+    """Read the ``vector`` extension's installed and available versions (one round trip)."""
+    row = conn.execute(
+        "SELECT e.extversion, a.default_version FROM pg_extension e "
+        "JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'vector'"
+    ).fetchone()
+    if row is None:
+        raise ConfigurationError("the database has no vector extension: CREATE EXTENSION vector first")
+    return ServerFeatures(pgvector=_version(row[0]), available=_version(row[1]))
+
+
+def server_features(conn: psycopg.Connection[Any]) -> ServerFeatures:
+    """What ``conn``'s database offers: recorded by its pool when :func:`open_pool` made it, read (once per
+    connection) for any other connection."""
+    with _features_lock:
+        known = _features.get(conn)
+    if known is None:
+        known = detect_features(conn)
+        with _features_lock:
+            _features[conn] = known
+    return known
+
+
+def _version(text: Any) -> tuple[int, ...]:
+    return tuple(int(part) for part in str(text).split(".") if part.isdigit())
+
+
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+_features: weakref.WeakKeyDictionary[psycopg.Connection[Any], ServerFeatures] = weakref.WeakKeyDictionary()
+_features_lock = threading.Lock()
 
 
 # Session settings each pooled connection holds (kept by connection, forgotten with it): a search sets

@@ -16,12 +16,12 @@ import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
-from shardfuse.pipeline.index.store.connections import use_session_setting
 from shardfuse.pipeline.index.store.filters import ChunkFilter
-from shardfuse.pipeline.ingest.symbols import ChunkSymbols
+from shardfuse.pipeline.index.store.nearest import nearest_rows
+from shardfuse.pipeline.ingest.symbols import ChunkSymbols, SymbolLines
 
 RECORD_COLUMNS = sql.SQL(
-    "chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path"
+    "chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path, context"
 )
 
 
@@ -29,7 +29,8 @@ RECORD_COLUMNS = sql.SQL(
 class ChunkRecord:
     """A chunk as the query side shows it. ``metadata`` is its document's metadata (``{}`` when none);
     ``symbols``/``primary_symbol``/``role`` are what it defines when it is code (see
-    :mod:`shardfuse.pipeline.ingest.symbols`), empty and None otherwise."""
+    :mod:`shardfuse.pipeline.ingest.symbols`), empty and None otherwise; ``symbol_lines`` where each definition
+    is, relative to ``start_line`` (empty for prose, and for chunks stored before lines were)."""
 
     chunk_id: str
     zone: str
@@ -43,11 +44,14 @@ class ChunkRecord:
     role: str | None = None
     language: str | None = None
     heading_path: tuple[str, ...] = ()
+    # The situating context indexed in front of the text (Chunk.indexed_text); "" when none. Rerankers read it.
+    context: str = ""
+    symbol_lines: tuple[SymbolLines, ...] = ()
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> ChunkRecord:
         """From a row of :data:`RECORD_COLUMNS`."""
-        chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path = row
+        chunk_id, zone, path, start_line, end_line, text, metadata, symbols, language, heading_path, context = row
         parsed = ChunkSymbols.from_json(symbols)
         return cls(
             chunk_id=chunk_id,
@@ -62,6 +66,8 @@ class ChunkRecord:
             role=None if parsed.role is None else parsed.role.value,
             language=language,
             heading_path=tuple(heading_path or ()),
+            context=context or "",
+            symbol_lines=parsed.lines,
         )
 
 
@@ -88,32 +94,15 @@ def vector_search(
     chunks, 4 shards): 120 rows decoded where ~50 are hydrated after fusion, their texts de-TOASTed by the
     server, cost more CPU than the round trip saves.
 
-    pgvector 0.6's HNSW scan filters by zone *after* the graph search, so a small zone inside a large
-    shard can come back short, and so can a filter (``where``) that few chunks match. When it does and
-    more chunks match than were returned, the query is re-run as an exact scan: correct results first,
-    speed second.
+    The scan is pgvector 0.8's iterative HNSW scan where the database has it, so a small zone inside a large
+    shard, or a filter (``where``) that few chunks match, still gets its nearest chunks from the index; an
+    older pgvector falls back to an exact scan when the index comes back short (:mod:`.nearest`).
     """
     conditions, condition_params = (where or ChunkFilter()).sql()
     if column != "embedding":  # another model's column holds vectors only for the zones reindexed to it
         conditions = sql.SQL("{c} AND {col} IS NOT NULL").format(c=conditions, col=sql.Identifier(column))
-    query = sql.SQL(
-        "SELECT chunk_id, 1 - ({col} <=> %s) FROM {s}.chunks WHERE zone = %s{c} "
-        "ORDER BY {col} <=> %s LIMIT %s"
-    ).format(s=schema, c=conditions, col=sql.Identifier(column))
-    params = [embedding, zone, *condition_params, embedding, limit]
-    use_session_setting(conn, "hnsw.ef_search", str(max(ef_search, limit)))
-    rows = conn.execute(query, params).fetchall()
-    if len(rows) < limit:
-        available = conn.execute(
-            sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {s}.chunks WHERE zone = %s{c} LIMIT %s) t").format(
-                s=schema, c=conditions),
-            [zone, *condition_params, limit],
-        ).fetchone()
-        if available is not None and int(available[0]) > len(rows):
-            with conn.transaction():
-                conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
-                # Not prepared: a plan made without the index must never be kept for later searches.
-                rows = conn.execute(query, params, prepare=False).fetchall()
+    rows = nearest_rows(conn, schema, embedding, zone=zone, conditions=conditions, condition_params=condition_params,
+                        limit=limit, ef_search=ef_search, column=column)
     # A row without a vector in this column (a zone that left the model) has no distance: never a hit.
     return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows if r[1] is not None]
 

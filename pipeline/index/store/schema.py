@@ -10,6 +10,7 @@ from psycopg import sql
 from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.index.store import catalog
 from shardfuse.pipeline.index.store.change_log import CHANGE_COLUMN_DDL, CHANGE_INDEX, CHANGE_INDEX_DDL
+from shardfuse.pipeline.index.store.grep_store import ensure_grep_table
 from shardfuse.pipeline.index.store.lexical_publication import LEXICAL_DDL, LEXICAL_STORAGE_DDL
 from shardfuse.pipeline.index.store.vector_index import BuildSettings, create_index_sql, index_state_ddl, is_deferred
 from shardfuse.pipeline.index.store.vector_types import VectorType, choose, column_type
@@ -174,6 +175,7 @@ def ensure_shard_schema(conn: psycopg.Connection[object], shard: int, *, dimensi
                                          vector_type=sql.SQL(vector_type))
         conn.execute(ddl)
         _ensure_lexical_tables(conn, schema)
+        ensure_grep_table(conn, schema)
         for table, added in (("chunks", _ADDED_CHUNK_COLUMNS), ("documents", _ADDED_DOCUMENT_COLUMNS)):
             for column, statement in added.items():
                 if column_typmod(conn, schema, column, table=table) is None:

@@ -13,11 +13,20 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from shardfuse.pipeline.config.settings import DEFAULT_MODEL
-from shardfuse.pipeline.index.store import change_log, embedding_columns, reads, vector_index, vector_types, writes
+from shardfuse.pipeline.index.store import (
+    change_log,
+    embedding_columns,
+    grep_store,
+    reads,
+    vector_index,
+    vector_types,
+    writes,
+)
 from shardfuse.pipeline.index.store.change_log import ChangeSet, Lag
 from shardfuse.pipeline.index.store.changes import ApplyOutcome, DocumentChange
 from shardfuse.pipeline.index.store.connections import pooled_connection, reading_connection
 from shardfuse.pipeline.index.store.filters import ChunkFilter
+from shardfuse.pipeline.index.store.grep_store import CandidateBlock
 from shardfuse.pipeline.index.store.reads import ChunkRecord, VectorHit
 from shardfuse.pipeline.index.store.schema import ensure_shard_schema, shard_schema
 from shardfuse.pipeline.index.store.vector_index import BuildSettings
@@ -135,6 +144,14 @@ class ShardStore:
         """Ids of the zone's chunks that pass ``where`` (the keyword leg masks its index with them)."""
         with self._reading() as conn:
             return reads.matching_chunk_ids(conn, self._schema, zone=zone, where=where)
+
+    def grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
+                    after: tuple[str, int] | None = None, limit: int) -> list[CandidateBlock]:
+        """Blocks of the grep index holding every gram of a clause of ``any_of``, in ``(path, block)`` order
+        (:func:`grep_store.candidate_blocks`)."""
+        with self._reading() as conn:
+            return grep_store.candidate_blocks(conn, self._schema, zone=zone, any_of=any_of, where=where, after=after,
+                                               limit=limit)
 
     def fetch_chunks(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
         """Chunks by id, restricted to ``zone``. Ids of chunks that no longer exist (replaced since the

@@ -19,6 +19,7 @@ from shardfuse.pipeline.config.settings import DEFAULT_MODEL
 from shardfuse.pipeline.index.store import embedding_columns, vector_types
 from shardfuse.pipeline.index.store.change_log import CHANGE_XID
 from shardfuse.pipeline.index.store.changes import ApplyOutcome, DocStatus, DocumentChange
+from shardfuse.pipeline.index.store.grep_store import copy_blocks, delete_blocks
 from shardfuse.pipeline.index.store.rows import CHUNK_COLUMNS, chunk_rows, chunk_types
 
 # The pgvector type of the shard's embeddings, read on the connection of the write when first needed.
@@ -134,7 +135,10 @@ def _replace(cur: psycopg.Cursor[Any], schema: sql.Identifier, fresh: list[Docum
         ),
         ([c.event.zone for c in fresh], [c.event.path for c in fresh]),
     )
+    # The grep index's blocks go with the chunks: replaced, or dropped by a tombstone or a skip.
+    delete_blocks(cur, schema, [c.key for c in fresh])
     writes = [c for c in fresh if c.status is DocStatus.INDEXED and c.chunks]
+    copy_blocks(cur, schema, writes)
     if writes:
         # Other models' columns, for the zones whose writes fill them (most writes: none).
         others = sorted({m for c in writes for m in required[c.event.zone] if m != DEFAULT_MODEL})

@@ -30,7 +30,7 @@ from shardfuse.pipeline.ingest.chunkers.base import ChunkBudget, Span
 from shardfuse.pipeline.ingest.chunkers.code import code_spans
 from shardfuse.pipeline.ingest.chunkers.semantic import semantic_spans
 from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text
-from shardfuse.pipeline.ingest.symbols import NO_SYMBOLS, extract_symbols, language_for
+from shardfuse.pipeline.ingest.symbols import NO_SYMBOLS, extract_symbols, language_for, with_lines
 
 __all__ = ["STRATEGIES", "ChunkBudget", "Span", "chunk_document", "materialize", "strategy_for"]
 
@@ -100,13 +100,11 @@ def materialize(
             checkpoint("chunking")
         piece = text[span.start : span.end]
         symbols = span.symbols
+        mid_line, last = span.start > 0 and text[span.start - 1] != "\n", span.end == len(text)
         if read_symbols and language is not None and symbols is NO_SYMBOLS:
-            symbols = extract_symbols(
-                piece,
-                language=language,
-                starts_mid_line=span.start > 0 and text[span.start - 1] != "\n",
-                ends_document=span.end == len(text),
-            )
+            symbols = extract_symbols(piece, language=language, starts_mid_line=mid_line, ends_document=last)
+        elif language is not None:  # the code strategy's definitions, with their lines (search's symbol ranges)
+            symbols = with_lines(symbols, piece, language=language, starts_mid_line=mid_line, ends_document=last)
         chunks.append(
             Chunk(
                 ordinal=ordinal,

@@ -50,11 +50,14 @@ Limits, accepted for speed and kept honest here:
 
 from __future__ import annotations
 
+import dataclasses
+
 from shardfuse.pipeline.ingest.symbols import brace_languages as braces
-from shardfuse.pipeline.ingest.symbols.model import NO_SYMBOLS, ChunkSymbols, Extractor, Language, Role
+from shardfuse.pipeline.ingest.symbols.model import NO_SYMBOLS, ChunkSymbols, Extractor, Language, Role, SymbolLines
 from shardfuse.pipeline.ingest.symbols.python import PythonExtractor
 
-__all__ = ["NO_SYMBOLS", "ChunkSymbols", "Language", "Role", "extract_symbols", "language_for"]
+__all__ = ["NO_SYMBOLS", "ChunkSymbols", "Language", "Role", "SymbolLines", "extract_symbols", "language_for",
+           "with_lines"]
 
 _EXTENSIONS: dict[str, Language] = {
     **dict.fromkeys((".py", ".pyi", ".pyw"), Language.PYTHON),
@@ -87,6 +90,19 @@ def extract_symbols(
     if extractor is None or not text:
         return NO_SYMBOLS
     return extractor.extract(text, starts_mid_line=starts_mid_line, ends_document=ends_document)
+
+
+def with_lines(
+    symbols: ChunkSymbols, text: str, *, language: str | None, starts_mid_line: bool = False,
+    ends_document: bool = False,
+) -> ChunkSymbols:
+    """``symbols`` (what another reader found in ``text``: the code chunker's definitions) with the lines of
+    those definitions as :func:`extract_symbols` finds them; unchanged when they already have lines."""
+    if not symbols.symbols or symbols.lines:
+        return symbols
+    names = set(symbols.symbols)
+    found = extract_symbols(text, language=language, starts_mid_line=starts_mid_line, ends_document=ends_document)
+    return dataclasses.replace(symbols, lines=tuple(entry for entry in found.lines if entry.name in names))
 
 
 EXTRACTORS: dict[str, Extractor] = {

@@ -51,6 +51,7 @@ NOT_BEFORE_NAME = frozenset({
     "import",
 })  # fmt: skip
 _BRACE = re.compile(r"[{}]")
+_NEWLINE = re.compile(r"\n")
 _CLOSING_COMMENT = re.compile(r"\*/[ \t\r]*(?:\n|\Z)")
 
 
@@ -176,6 +177,7 @@ class BraceLanguage:
         tokens = BraceTokens.scan(code)
         ordered = sorted(found.values())
         starts = [start for start, *_ in ordered]
+        lines = _LineIndex(code)
         definitions: list[Definition] = []
         open_ends: list[int | None] = []  # ends of the definitions enclosing the current one
         for start, name_end, name, header in ordered:
@@ -184,13 +186,28 @@ class BraceLanguage:
             end = tokens.end_of(code, name_end, statement=header.statement, stop=stop)
             while open_ends and open_ends[-1] is not None and open_ends[-1] <= start:
                 open_ends.pop()
-            definitions.append(Definition(name, header.kind, nested=bool(open_ends), closed=end is not None))
+            first = lines.of(start + 1)  # the match starts at the line end before its header
+            last = lines.last_text if end is None else lines.of(end - 1)
+            definitions.append(Definition(name, header.kind, nested=bool(open_ends), closed=end is not None,
+                                          lines=(first, max(first, last))))
             open_ends.append(end)
         return summarise(
             definitions,
             continues=indented or tokens.closes_outer,
             ends_document=ends_document,
         )
+
+
+class _LineIndex:
+    """Line numbers in the chunk (0-based) of offsets into ``code``, the chunk after one line end."""
+
+    def __init__(self, code: str) -> None:
+        self._newlines = [m.start() for m in _NEWLINE.finditer(code)]
+        # A definition open at the chunk's end ends on its last non-blank line.
+        self.last_text = self.of(len(code.rstrip()) - 1)
+
+    def of(self, offset: int) -> int:
+        return max(bisect_left(self._newlines, offset + 1) - 1, 0)
 
 
 def _closing_comment_prefix(text: str) -> int:

@@ -28,37 +28,54 @@ class PythonExtractor:
     def extract(self, text: str, *, starts_mid_line: bool, ends_document: bool) -> ChunkSymbols:
         code_start = _python_string_prefix(text)
         continued, open_at_end = _python_continued_lines(text, code_start)
-        names: list[str] = []
-        kinds: list[Kind] = []
-        nested: list[bool] = []
-        closed: list[bool] = []
-        stack: list[tuple[int, int]] = []  # (indent, definition index) of blocks still open
+        found: list[_Found] = []
+        stack: list[_Found] = []  # blocks still open, innermost last
         first_indent: int | None = None
+        last_code = last_text = 0  # the last line holding code, and holding anything but blanks
         for number, line in enumerate(text.split("\n")):
-            if number in continued or (number == 0 and starts_mid_line):
-                continue
             stripped = line.lstrip()
+            if stripped:
+                last_text = number
+            if number in continued or (number == 0 and starts_mid_line):
+                last_code = number if stripped else last_code
+                continue
             if not stripped or stripped[0] == "#":
                 continue
             indent = len(line[: len(line) - len(line.lstrip(" \t\f"))].expandtabs(8))
             if first_indent is None:
                 first_indent = indent
-            while stack and stack[-1][0] >= indent:
-                closed[stack.pop()[1]] = True
-            found = _python_definition(stripped, indent)
-            if found is not None:
-                names.append(found[0])
-                kinds.append(found[1])
-                nested.append(bool(stack))
-                closed.append(False)
-                stack.append((indent, len(names) - 1))
+            while stack and stack[-1].indent >= indent:
+                stack.pop().close(last_code)
+            definition = _python_definition(stripped, indent)
+            if definition is not None:
+                found.append(_Found(*definition, indent=indent, first=number, nested=bool(stack)))
+                stack.append(found[-1])
+            last_code = number
         # A one-statement definition (a constant, an alias) is whole once its statement is; a block may
         # still go on in the next chunk.
-        if stack and not open_at_end and kinds[stack[-1][1]] is Kind.CONSTANT:
-            closed[stack[-1][1]] = True
-        definitions = [Definition(*fields) for fields in zip(names, kinds, nested, closed, strict=True)]
+        if stack and not open_at_end and stack[-1].kind is Kind.CONSTANT:
+            stack.pop().close(last_code)
+        definitions = [f.definition(last_text) for f in found]
         continues = first_indent is not None and first_indent > 0
         return summarise(definitions, continues=continues, ends_document=ends_document)
+
+
+class _Found:
+    """A definition while its chunk is read: where it starts, and where it ends once a dedent closes it."""
+
+    __slots__ = ("first", "indent", "kind", "last", "name", "nested")
+
+    def __init__(self, name: str, kind: Kind, *, indent: int, first: int, nested: bool) -> None:
+        self.name, self.kind, self.indent, self.first, self.nested = name, kind, indent, first, nested
+        self.last: int | None = None
+
+    def close(self, last_code: int) -> None:
+        self.last = max(last_code, self.first)
+
+    def definition(self, last_text: int) -> Definition:
+        """As found; one still open ends on the chunk's last non-blank line."""
+        last = self.last if self.last is not None else max(last_text, self.first)
+        return Definition(self.name, self.kind, self.nested, self.last is not None, (self.first, last))
 
 
 def _python_definition(stripped: str, indent: int) -> tuple[str, Kind] | None:

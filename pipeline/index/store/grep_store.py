@@ -1,0 +1,129 @@
+"""The grep index of one shard: the ``grep_blocks`` table (a document's text in blocks of whole lines, each
+with its trigrams, :mod:`shardfuse.pipeline.index.store.grep_blocks`) and its GIN index; written in the
+chunks' own transaction (:mod:`shardfuse.pipeline.index.store.writes`), read by the grep leg.
+
+Neither embedded PostgreSQL wheel ships ``pg_trgm``, so the trigrams are ours: an ``int4[]`` per block under
+the built-in GIN ``array_ops`` (``grams @> ARRAY[...]``). A block's rows live and die with its document's
+chunks, so delivery, freshness, last-writer-wins, tombstones and sharding are exactly the chunks'.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from shardfuse.pipeline.index.store.changes import DocumentChange
+from shardfuse.pipeline.index.store.filters import ChunkFilter
+from shardfuse.pipeline.index.store.grep_blocks import block_rows
+
+GREP_TABLE = "grep_blocks"
+GREP_DDL = """
+CREATE TABLE IF NOT EXISTS {schema}.grep_blocks (
+    zone        text    NOT NULL,
+    path        text    NOT NULL,
+    block       integer NOT NULL,
+    seq         bigint  NOT NULL,
+    start_line  integer NOT NULL,
+    text        text    NOT NULL,
+    chunk_lines integer[] NOT NULL,
+    grams       integer[] NOT NULL,
+    PRIMARY KEY (zone, path, block)
+);
+CREATE INDEX IF NOT EXISTS grep_blocks_grams ON {schema}.grep_blocks USING gin (grams)
+    WITH (gin_pending_list_limit = 256);
+"""
+# gin_pending_list_limit (kB): every search reads the index's pending list (entries inserted but not yet merged
+# into its tree) from end to end. At PostgreSQL's default of 4 MB that cost 80 ms per grep at 30,000 chunks
+# right after a load, 5 ms once a VACUUM had merged it (tests/benchmarks/bench_grep.py); 256 kB keeps the list
+# short while inserts still merge in batches.
+BLOCK_COLUMNS: tuple[str, ...] = ("zone", "path", "block", "seq", "start_line", "text", "chunk_lines", "grams")
+BLOCK_TYPES: tuple[str, ...] = ("text", "text", "int4", "int8", "int4", "text", "int4[]", "int4[]")
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateBlock:
+    """A block that holds every gram of one of the query's clauses: its lines still need verifying."""
+
+    path: str
+    block: int
+    seq: int
+    start_line: int
+    text: str
+    chunk_lines: tuple[int, ...]
+
+
+def ensure_grep_table(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create the table and its GIN index with the shard, or add them to a shard created before them (only
+    when missing: CREATE INDEX IF NOT EXISTS still takes a lock that queues the shard's writers)."""
+    if conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{GREP_TABLE}"',)).fetchone() == (None,):
+        conn.execute(sql.SQL(GREP_DDL).format(schema=sql.Identifier(schema)))
+
+
+def delete_blocks(cur: psycopg.Cursor[Any], schema: sql.Identifier, keys: Sequence[tuple[str, str]]) -> None:
+    """Drop the blocks of the documents ``keys`` (in the transaction that replaces their chunks)."""
+    cur.execute(
+        sql.SQL("DELETE FROM {s}.grep_blocks g USING unnest(%s::text[], %s::text[]) AS t(z, p) "
+                "WHERE g.zone = t.z AND g.path = t.p").format(s=schema),
+        ([z for z, _ in keys], [p for _, p in keys]),
+    )
+
+
+def copy_blocks(cur: psycopg.Cursor[Any], schema: sql.Identifier, writes: Sequence[DocumentChange]) -> None:
+    """Binary-COPY the blocks of indexed changes (changes without blocks write none)."""
+    if not any(c.blocks for c in writes):
+        return
+    copy_sql = sql.SQL("COPY {s}.grep_blocks ({cols}) FROM STDIN WITH (FORMAT BINARY)").format(
+        s=schema, cols=sql.SQL(", ").join(map(sql.Identifier, BLOCK_COLUMNS)))
+    with cur.copy(copy_sql) as copy:
+        copy.set_types(list(BLOCK_TYPES))
+        for change in writes:
+            event = change.event
+            for row in block_rows(zone=event.zone, path=event.path, seq=event.seq, blocks=change.blocks,
+                                  chunks=change.chunks):
+                copy.write_row(row)
+
+
+def candidate_blocks(
+    conn: psycopg.Connection[Any],
+    schema: sql.Identifier,
+    *,
+    zone: str,
+    any_of: Sequence[Sequence[int]],
+    where: ChunkFilter | None,
+    after: tuple[str, int] | None,
+    limit: int,
+) -> list[CandidateBlock]:
+    """Up to ``limit`` blocks of ``zone`` holding every gram of at least one clause of ``any_of`` (each clause
+    should include the zone's pseudo-gram, so the GIN index narrows to the zone), passing ``where``, in
+    ``(path, block)`` order after ``after``."""
+    clauses = sql.SQL(" OR ").join(sql.SQL("g.grams @> %s::int4[]") for _ in any_of)
+    conditions, params = _filter_sql(schema, where)
+    page = sql.SQL(" AND (g.path, g.block) > (%s, %s)") if after else sql.SQL("")
+    query = sql.SQL(
+        "SELECT g.path, g.block, g.seq, g.start_line, g.text, g.chunk_lines FROM {s}.grep_blocks g "
+        "WHERE g.zone = %s AND ({clauses}){c}{page} ORDER BY g.path, g.block LIMIT %s"
+    ).format(s=schema, clauses=clauses, c=conditions, page=page)
+    rows = conn.execute(query, [zone, *(list(c) for c in any_of), *params, *(after or ()), limit]).fetchall()
+    return [CandidateBlock(path=r[0], block=r[1], seq=r[2], start_line=r[3], text=r[4], chunk_lines=tuple(r[5]))
+            for r in rows]
+
+
+def _filter_sql(schema: sql.Identifier, where: ChunkFilter | None) -> tuple[sql.Composable, list[Any]]:
+    """``where`` on ``grep_blocks g``, as :meth:`ChunkFilter.sql` puts it on ``chunks``: the path prefix on the
+    block's own path, the metadata filters on its document's row (the chunks' metadata is their document's)."""
+    parts: list[sql.Composable] = []
+    params: list[Any] = []
+    if where and where.path_prefix:
+        escaped = where.path_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        parts.append(sql.SQL(" AND g.path LIKE %s ESCAPE '\\'"))
+        params.append(escaped + "%")
+    if where and where.metadata:
+        parts.append(sql.SQL(" AND EXISTS (SELECT 1 FROM {s}.documents d WHERE d.zone = g.zone AND d.path = g.path "
+                             "AND d.metadata @> %s::jsonb)").format(s=schema))
+        params.append(json.dumps(where.metadata))
+    return sql.Composed(parts), params

@@ -1,0 +1,111 @@
+"""How a shard finds the nearest chunks of a zone that pass a filter: pgvector 0.8's iterative HNSW scan, or on
+an older pgvector the plain HNSW scan with an exact scan behind it.
+
+Every vector search is filtered: by its zone always, by ``path_prefix``/``metadata`` when the request asks. A
+plain HNSW scan (pgvector before 0.8) looks at ``hnsw.ef_search`` candidates and filters *after* the graph
+search, so a zone holding 1 % of a shard gets about ``ef_search / 100`` of them: short, and not its nearest.
+pgvector 0.8 goes on scanning the graph until ``limit`` rows passed the filter (``hnsw.iterative_scan``), up
+to ``hnsw.max_scan_tuples`` visited. ``relaxed_order`` returns them slightly out of order, so the outer query
+sorts them again (pgvector's README: a ``MATERIALIZED`` CTE, ``ORDER BY distance + 0``); ``strict_order``
+would stop earlier and find fewer.
+
+Which one runs is decided by the database's ``vector`` extension version, read once per pool
+(:func:`connections.server_features`). A result can still come back short of ``limit`` while more rows pass:
+
+- on 0.8, when the filter passes so few rows that the scan hit ``hnsw.max_scan_tuples`` first: the search is
+  run once more allowed to visit the whole graph (a *widened* scan; still the index);
+- before 0.8 — or should even the widened scan fall short (rows the graph cannot reach) — the query runs
+  again as an exact scan with the index disabled: correct results first, speed second. On 0.8 that is logged
+  as a warning: it is the case the benchmark ``tests/benchmarks/bench_filtered_vector.py`` counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg import sql
+
+from shardfuse.pipeline.index.store.connections import server_features, use_session_setting
+
+log = logging.getLogger(__name__)
+
+ITERATIVE_SCAN = "relaxed_order"
+# A widened scan may visit every tuple of the graph (PostgreSQL's largest int setting), with this many times
+# work_mem for the tuples it has seen (pgvector's default is 1: 4 MB, ~20,000 tuples of a 384-d halfvec).
+WHOLE_GRAPH = 2**31 - 1
+WIDENED_MEMORY_MULTIPLIER = 16
+
+Row = tuple[str, float | None]
+
+
+def nearest_rows(
+    conn: psycopg.Connection[Any],
+    schema: sql.Identifier,
+    embedding: npt.NDArray[np.float32],
+    *,
+    zone: str,
+    conditions: sql.Composable,
+    condition_params: list[Any],
+    limit: int,
+    ef_search: int,
+    column: str,
+) -> list[Row]:
+    """``(chunk_id, cosine similarity)`` of the ``limit`` chunks of ``zone`` nearest to ``embedding`` in
+    ``column`` among those passing ``conditions`` (``AND ...`` SQL with ``condition_params``), best first."""
+    use_session_setting(conn, "hnsw.ef_search", str(max(ef_search, limit)))
+    params = [embedding, zone, *condition_params, limit]
+    if server_features(conn).iterative_scan:
+        # A session setting, like ef_search: no transaction (and no round trips) around each search.
+        use_session_setting(conn, "hnsw.iterative_scan", ITERATIVE_SCAN)
+        query = sql.SQL(
+            "WITH nearest AS MATERIALIZED (SELECT chunk_id, {col} <=> %s AS distance FROM {s}.chunks "
+            "WHERE zone = %s{c} ORDER BY distance LIMIT %s) "
+            "SELECT chunk_id, 1 - distance FROM nearest ORDER BY distance + 0"
+        ).format(s=schema, c=conditions, col=sql.Identifier(column))
+        rows = conn.execute(query, params).fetchall()
+        if not _short(conn, rows, schema=schema, zone=zone, conditions=conditions,
+                      condition_params=condition_params, limit=limit):  # fmt: skip
+            return rows
+        with conn.transaction():
+            conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true), "
+                         "set_config('hnsw.scan_mem_multiplier', %s, true)",
+                         (str(WHOLE_GRAPH), str(WIDENED_MEMORY_MULTIPLIER)))  # fmt: skip
+            rows = conn.execute(query, params).fetchall()
+        log.info("%s: the iterative scan of zone %s came back short; widened to the whole graph", schema, zone)
+    else:
+        query = sql.SQL(
+            "SELECT chunk_id, 1 - ({col} <=> %s) FROM {s}.chunks WHERE zone = %s{c} ORDER BY {col} <=> %s LIMIT %s"
+        ).format(s=schema, c=conditions, col=sql.Identifier(column))
+        params = [embedding, zone, *condition_params, embedding, limit]
+        rows = conn.execute(query, params).fetchall()
+    if not _short(conn, rows, schema=schema, zone=zone, conditions=conditions, condition_params=condition_params,
+                  limit=limit):  # fmt: skip
+        return rows
+    return _exact(conn, query, params, iterative=server_features(conn).iterative_scan, schema=schema, zone=zone)
+
+
+def _short(conn: psycopg.Connection[Any], rows: list[Row], *, schema: sql.Identifier, zone: str,
+           conditions: sql.Composable, condition_params: list[Any], limit: int) -> bool:
+    """Fewer than ``limit`` rows came back, and more than that many pass the filter."""
+    if len(rows) >= limit:
+        return False
+    available = conn.execute(
+        sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {s}.chunks WHERE zone = %s{c} LIMIT %s) t").format(
+            s=schema, c=conditions),
+        [zone, *condition_params, limit],
+    ).fetchone()
+    return available is not None and int(available[0]) > len(rows)
+
+
+def _exact(conn: psycopg.Connection[Any], query: sql.Composed, params: list[Any], *, iterative: bool,
+           schema: sql.Identifier, zone: str) -> list[Row]:
+    if iterative:
+        log.warning("%s: even a whole-graph scan missed chunks of zone %s; searched exactly", schema, zone)
+    with conn.transaction():
+        conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
+        # Not prepared: a plan made without the index must never be kept for later searches.
+        return conn.execute(query, params, prepare=False).fetchall()

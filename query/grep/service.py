@@ -1,0 +1,115 @@
+"""The grep mode's answer and the grep leg of hybrid search, over a query worker's shards.
+
+:class:`~shardfuse.query.search.SearchService` hands a ``mode="grep"`` request to :meth:`GrepService.answer`,
+and asks :meth:`GrepService.legs` for a third leg to fuse when a hybrid query looks like code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from shardfuse.pipeline.config.grep import GrepSettings
+from shardfuse.pipeline.core.errors import InvalidQueryError
+from shardfuse.pipeline.index.store import ChunkFilter
+from shardfuse.query.fan_out import Leg
+from shardfuse.query.grep.pattern import GrepPattern
+from shardfuse.query.grep.search import GrepHit, GrepShard, Submit, elapsed_ms, grep_all
+from shardfuse.query.request import Mode, SearchRequest
+from shardfuse.query.router import identifiers
+from shardfuse.query.shard_legs import LegHit
+
+GREP = "grep"  # the leg's name in fusion
+
+
+class GrepService:
+    def __init__(self, *, shards: Sequence[GrepShard], submit: Submit, settings: GrepSettings) -> None:
+        self._shards = list(shards)
+        self._submit = submit
+        self._settings = settings
+
+    def answer(self, request: SearchRequest) -> dict[str, Any]:
+        """The first ``k`` lines of the request's zones matching its pattern, in ``(path, line)`` order; a
+        pattern is case-sensitive unless the request says ``case_sensitive=False``."""
+        started = time.perf_counter()
+        case_sensitive = request.case_sensitive is not False
+        pattern = GrepPattern(request.query, regex=bool(request.regex), case_sensitive=case_sensitive)
+        found = grep_all(self._shards, self._submit, pattern, zones=request.zones, where=request.where,
+                         max_lines=request.k, settings=self._settings)
+        total = round(elapsed_ms(started), 3)
+        return {
+            "query": request.query,
+            "zone": request.zone,
+            "zones": list(request.zones),
+            "mode": request.mode.value,
+            "regex": bool(request.regex),
+            "case_sensitive": case_sensitive,
+            "k": request.k,
+            "results": [_line(rank, hit, text=request.include_text) for rank, hit in enumerate(found.hits, start=1)],
+            "truncated": found.truncated,
+            "blocks_verified": found.blocks,
+            "timings_ms": {"grep": total, "total": total},
+            "shards": {"queried": len(self._shards)},
+        }
+
+    def legs(self, request: SearchRequest, limit: int, *, timings: dict[str, float]) -> dict[str, Leg]:
+        """The grep leg of a hybrid request whose query holds identifier-like tokens (``query.grep.hybrid_leg``),
+        named :data:`GREP`; none otherwise."""
+        tokens = identifiers(request.query) if request.mode is Mode.HYBRID and self._settings.hybrid_leg else []
+        leg = self.leg(tokens, zones=request.zones, where=request.where, limit=limit) if tokens else None
+        if leg is None:
+            return {}
+        timings[GREP] = leg.ms
+        return {GREP: leg}
+
+    def leg(self, tokens: Sequence[str], *, zones: Sequence[str], where: ChunkFilter, limit: int) -> Leg | None:
+        """Chunks holding the code-like ``tokens`` verbatim (case-sensitive literals), best first: by how many
+        of the tokens they hold, then how many matching lines. A token on more than ``leg_max_lines`` lines
+        (or with no three characters for the index) says nothing exact and is left out; None when none is
+        left."""
+        started = time.perf_counter()
+        tokens_of: dict[str, set[str]] = defaultdict(set)
+        lines_of: dict[str, int] = defaultdict(int)
+        where_found: dict[str, GrepHit] = {}
+        for token in list(dict.fromkeys(tokens))[: self._settings.leg_tokens]:
+            for hit in self._exact(token, zones=zones, where=where):
+                if hit.chunk_id is not None:
+                    tokens_of[hit.chunk_id].add(token)
+                    lines_of[hit.chunk_id] += 1
+                    where_found[hit.chunk_id] = hit
+        if not tokens_of:
+            return None
+        ranked = sorted(tokens_of, key=lambda c: (-len(tokens_of[c]), -lines_of[c], c))[:limit]
+        hits = [(where_found[c].shard, LegHit(c, len(tokens_of[c]) + min(lines_of[c], 100) / 1000)) for c in ranked]
+        return Leg(hits=hits, ms=elapsed_ms(started), zones={c: where_found[c].zone for c in ranked})
+
+    def _exact(self, token: str, *, zones: Sequence[str], where: ChunkFilter) -> list[GrepHit]:
+        try:
+            pattern = GrepPattern(token, regex=False, case_sensitive=True)
+        except InvalidQueryError:
+            return []
+        if not pattern.indexed:
+            return []
+        found = grep_all(self._shards, self._submit, pattern, zones=zones, where=where,
+                         max_lines=self._settings.leg_max_lines, settings=self._settings)
+        return [] if found.truncated else found.hits
+
+
+def _line(rank: int, hit: GrepHit, *, text: bool) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "rank": rank,
+        "zone": hit.zone,
+        "path": hit.path,
+        "line": hit.line,
+        "column": hit.column,
+        "chunk_id": hit.chunk_id,
+        "shard": hit.shard,
+        # As a chunk result reads: the line's span.
+        "start_line": hit.line,
+        "end_line": hit.line,
+    }
+    if text:
+        line["text"] = hit.text
+    return line
