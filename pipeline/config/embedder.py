@@ -40,9 +40,12 @@ class EmbedderSettings(_Section):
     api_key: SecretStr = SecretStr("")
     base_url: str = ""
     request_timeout_s: float = Field(default=30.0, gt=0)
-    # What happens to one input longer than the provider's per-input token limit: "truncate" keeps its
-    # first tokens, "split" embeds the pieces and averages them. Either way it is counted and reported.
-    oversize_input: Literal["truncate", "split"] = "truncate"
+    # One input over the model's per-input limit, counted in the model's own tokenizer (all-MiniLM-L6-v2: 256
+    # word-pieces with [CLS] and [SEP]): "split" embeds consecutive windows and averages them (token-weighted,
+    # normalised); "truncate" embeds its first tokens only (what the local model did silently before issue 22).
+    # Either way it is counted (shardfuse_embedding_oversize_chunks_total) and a truncated chunk is shown on its
+    # document's row (shardfuse status). With chunking.fit_embedder, only an unbreakable run still gets here.
+    oversize_input: Literal["truncate", "split"] = "split"
     # Backpressure: requests in flight per process, and across every embed worker (Redis-backed, per
     # provider and model); 0 per-minute limits mean none. Concurrency adapts (AIMD) below the global cap.
     max_concurrent: int = Field(default=4, ge=1)

@@ -56,7 +56,7 @@ class ExpansionSettings(_Section):
     skip_min_gap_ratio: float = Field(default=0.25, ge=0)
 
 
-FusionName = Literal["rrf", "weighted", "rrf_weighted", "convex"]
+FusionName = Literal["rrf", "weighted", "rrf_weighted", "convex", "relative"]
 
 
 class ZoneProfile(_Section):
@@ -85,11 +85,11 @@ class QuerySettings(_Section):
     # when deleted chunks or diversification leave fewer than k.
     rerank_depth: int = Field(default=50, ge=1)
     snippet_chars: int = Field(default=240, ge=20)
-    # Defaults for requests that do not name them (a zone's profile below comes first). Convex at 0.5
-    # beat RRF on both tuning splits (SciFact train 0.7275 vs 0.7036, CoSQA dev 0.5618 vs 0.540, router and
-    # boosts on); `shardfuse eval --tune` measures a zone's own best.
-    fusion: FusionName = "convex"
-    alpha: float = Field(default=0.5, ge=0, le=1)
+    # Defaults for requests that do not name them (a zone's profile below comes first). Relative at 0.6 beat
+    # the earlier default, convex at 0.5, on both tuning splits (SciFact train 0.7394 vs 0.7317, CoSQA dev
+    # 0.5579 vs 0.5525; router, boosts and grep leg on; issue 22); `shardfuse eval --tune` measures a zone's own best.
+    fusion: FusionName = "relative"
+    alpha: float = Field(default=0.6, ge=0, le=1)
     # Per zone, fusion defaults that override the two above: [query.zone_profiles."my-zone"] fusion = …
     zone_profiles: dict[str, ZoneProfile] = Field(default_factory=dict)
 

@@ -40,8 +40,8 @@ def register(sub: Any) -> None:
                    help="after scoring at k=100, time every query again at this k, as a user would ask "
                         "(default 10; 0 skips the pass)")
     p.add_argument("--tune", action="store_true",
-                   help="score hybrid fusions (rrf, convex α 0.3–0.8) on this split and print the best as a "
-                        "zone profile for the config file; tune on a dev/train split, report on test")
+                   help="score hybrid fusions (rrf; convex and relative at α 0.3–0.8) on this split and print the best "
+                        "as a zone profile for the config file; tune on a dev/train split, report on test")
     p.add_argument("--json", action="store_true", help="also print one JSON object, keyed by mode, last")
     p.set_defaults(handler=run_eval)
 
@@ -75,9 +75,9 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-# What --tune tries: RRF, then the convex combination at several vector weights.
+# What --tune tries: RRF, then the convex and relative combinations at several vector weights.
 TUNE_CANDIDATES: tuple[tuple[str, float], ...] = (
-    ("rrf", 0.5), *(("convex", alpha / 10) for alpha in range(3, 9))
+    ("rrf", 0.5), *((fusion, alpha / 10) for fusion in ("convex", "relative") for alpha in range(3, 9))
 )
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardfuse.query.fusion import Fusion, convex, fuse, min_max, rrf, rrf_weighted, weighted
+from shardfuse.query.fusion import Fusion, convex, fuse, max_scaled, min_max, relative, rrf, rrf_weighted, weighted
 
 
 def _leg(*ids: str) -> list[tuple[str, float]]:
@@ -59,6 +59,22 @@ def test_convex_renormalises_weights_of_legs_that_are_off_and_normalises_again()
     assert {h.chunk_id: h.score for h in convex(both, weights={"keyword": 1, "vector": 3})} == pytest.approx(
         {"a": 0.0, "b": 1.0}
     )
+
+
+def test_relative_keeps_the_gaps_a_leg_measured() -> None:
+    # The vector leg scored a at a quarter of its best; min-max calls that 0, as it calls c's keyword score of
+    # 0, so a and c tie. Relative to each leg's best, a keeps its quarter and ranks above c.
+    legs = {"keyword": [("a", 10.0), ("b", 9.0), ("c", 0.0)], "vector": [("c", 0.8), ("b", 0.7), ("a", 0.2)]}
+    assert [h.chunk_id for h in relative(legs)] == ["b", "a", "c"]
+    tied = {h.chunk_id: h.score for h in convex(legs)}
+    assert tied["a"] == pytest.approx(tied["c"])
+    assert max_scaled([("a", 2.0), ("b", 1.0)]) == {"a": 1.0, "b": 0.5}
+    assert max_scaled([("a", -1.0), ("b", -3.0)]) == {"a": 1.0, "b": 0.0}  # no positive best: min-max
+    # a candidate a leg missed counts as that leg's weakest, not as 0
+    missed = relative({"keyword": [("a", 4.0), ("b", 2.0)], "vector": [("b", 1.0), ("c", 0.5)]})
+    raw = {"a": 0.5 * 1 + 0.5 * 0.5, "b": 0.5 * 0.5 + 0.5 * 1, "c": 0.5 * 0.5 + 0.5 * 0.5}
+    low, high = min(raw.values()), max(raw.values())
+    assert {h.chunk_id: h.score for h in missed} == pytest.approx({k: (v - low) / (high - low) for k, v in raw.items()})
 
 
 def test_min_max_edge_cases_and_dispatch() -> None:
