@@ -22,6 +22,7 @@ from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.lexical.updates import ShardIndexer
 from shardfuse.pipeline.index.maintenance import shard_mirror
 from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore, writes
+from shardfuse.pipeline.index.store.vector_types import shard_vector_type
 from shardfuse.workers import monitor
 from tests.integration.conftest import Stack, scratch_store
 
@@ -93,7 +94,7 @@ def test_a_transaction_that_commits_after_the_update_read_past_it_is_found_next(
     with psycopg.connect(str(store.pool.conninfo)) as slow, slow.transaction():
         register_vector(slow)
         writes.apply_changes(slow, schema, 0, [_write("slow.txt", 1, "wallaby slow")],
-                             vector_type_of=lambda _conn: "vector")
+                             vector_type_of=lambda conn: shard_vector_type(conn, "shard_0"))
         store.apply([_write("fast.txt", 1, "wallaby fast")])  # a later transaction, committed first
         assert job.update()["kind"] == "delta"
         assert _paths(store, tmp_path, "wallaby") == {"fast.txt"}
