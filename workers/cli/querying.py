@@ -20,7 +20,7 @@ OPTIONS = tuple(name for name in ARGUMENTS if name not in {"query", "zone", "zon
 def register(sub: Any) -> None:
     search = sub.add_parser("search", help="search a zone through the shardfuse.search RPC task")
     search.add_argument("query")
-    search.add_argument("--zone", required=True, action="append", dest="zone_names",
+    search.add_argument("--zone", required=True, action="append", dest="zone_names", metavar="ZONE",
                         help="the zone to search; repeat it to search several zones as one")
     search.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.HYBRID.value)
     search.add_argument("-k", type=int, default=10, help="number of results (default 10)")
