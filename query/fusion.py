@@ -41,9 +41,15 @@ class FusedHit:
 
 
 def _ranks(legs: Mapping[str, Leg]) -> dict[str, dict[str, int]]:
+    """Each candidate's 1-based rank per leg. Equal scores share the rank of the first of them (competition
+    ranking): the order among ties is only the chunk ids' order, and chunk ids hold the publisher's sequence,
+    so the same corpus published twice would otherwise rank (and RRF-score) its ties differently."""
     ranks: dict[str, dict[str, int]] = {}
     for leg, hits in legs.items():
-        for rank, (chunk_id, _) in enumerate(hits, start=1):
+        rank, previous = 0, None
+        for position, (chunk_id, score) in enumerate(hits, start=1):
+            if score != previous:
+                rank, previous = position, score
             ranks.setdefault(chunk_id, {}).setdefault(leg, rank)  # a repeated id keeps its best rank
     return ranks
 

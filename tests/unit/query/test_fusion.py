@@ -87,3 +87,17 @@ def test_min_max_edge_cases_and_dispatch() -> None:
     assert rrf({}) == [] and rrf({"keyword": []}) == []
     with pytest.raises(ValueError):
         rrf({"keyword": _leg("a")}, k=0)
+
+
+def test_equal_scores_share_a_rank_whatever_order_the_ids_put_them_in() -> None:
+    # Two deployments of one corpus give a tie's members different chunk ids (they hold the publisher's seq),
+    # so the order within a tie differs; the ranks a user sees, and RRF's scores, must not.
+    one = rrf({"keyword": [("p", 3.0), ("q", 2.0), ("r", 2.0), ("s", 1.0)]})
+    other = rrf({"keyword": [("p", 3.0), ("r", 2.0), ("q", 2.0), ("s", 1.0)]})
+    for fused in (one, other):
+        ranks = {hit.chunk_id: hit.ranks["keyword"] for hit in fused}
+        assert ranks == {"p": 1, "q": 2, "r": 2, "s": 4}
+        scores = {hit.chunk_id: hit.score for hit in fused}
+        assert scores["q"] == scores["r"] == pytest.approx(1 / 62)
+        assert scores["s"] == pytest.approx(1 / 64)
+    assert [h.chunk_id for h in one] == [h.chunk_id for h in other] == ["p", "q", "r", "s"]
