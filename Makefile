@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE ?= 1
 DEMO_ZONE    := demo
 DEMO_SOURCES := pipeline query workers docs config tests README.md Makefile pyproject.toml
 
-.PHONY: demo test test-faults bench install lint typecheck down clean flower-screenshot
+.PHONY: demo test test-faults bench bench-scale install lint typecheck down clean flower-screenshot
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,14 @@ bench: install
 	@if ls tests/benchmarks/bench_*.py >/dev/null 2>&1; then \
 		$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider -o python_files='bench_*.py'; \
 	else echo "no benchmarks yet: tests/benchmarks/bench_*.py arrive with the performance work"; fi
+
+# How each figure grows with the corpus (docs/performance.md): one stack grown to each size, then the plot.
+# Not part of `make bench`: a million chunks take hours here. SHARDFUSE_SCALE_SIZES picks the sizes (chunks).
+SHARDFUSE_SCALE_SIZES ?= 10000,100000,1000000
+bench-scale: install
+	SHARDFUSE_SCALE_SIZES=$(SHARDFUSE_SCALE_SIZES) $(BIN)/python -m pytest tests/benchmarks/scale_growth.py -s \
+		-p no:cacheprovider
+	$(BIN)/python -m tests.benchmarks.scale_plot  # docs/figures/scale.json -> docs/figures/scale.png
 
 # ruff (with max-complexity 10) and mypy --strict over the whole package ([tool.mypy] in pyproject.toml names
 # it). mypy cannot see the editable install: it reads the checkout through .cache/typecheck/shardfuse, a link to
