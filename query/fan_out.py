@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from shardfuse.pipeline.index.lexical.stats import combine
 from shardfuse.pipeline.index.store import ChunkFilter, ChunkRecord
+from shardfuse.query.shard_batches import ShardBatch, ShardBatches, single_batches
 from shardfuse.query.shard_legs import LegHit, ShardSearcher
 
 T = TypeVar("T")
@@ -32,8 +33,9 @@ class Leg:
     zones: Mapping[str, str] = field(default_factory=dict)
 
 
-# A vector leg whose searches are running: per shard and zone, its future (hits, milliseconds).
-PendingLeg = list[tuple[int, str, Future[tuple[list[LegHit], float]]]]
+# A vector leg whose searches are running: per batch of shards and zone, its future (each shard's hits,
+# milliseconds).
+PendingLeg = list[tuple[str, Future[tuple[dict[int, list[LegHit]], float]]]]
 
 
 def elapsed_ms(since: float) -> float:
@@ -43,8 +45,11 @@ def elapsed_ms(since: float) -> float:
 class ShardFanOut:
     """The shards a query worker searches, and the threads that search them (one per worker process)."""
 
-    def __init__(self, shards: Sequence[ShardSearcher]) -> None:
+    def __init__(self, shards: Sequence[ShardSearcher], *, batches: ShardBatches | None = None) -> None:
         self.shards = list(shards)
+        # How the vector leg's searches and hydration's fetches are sent (query/shard_batches.py): shards of one
+        # database in a few statements; by default every shard on its own.
+        self._batches = batches or single_batches(self.shards)
         # Shard-level work (one vector search or fetch on one shard; never waits on another future) runs on
         # ``_pool``. An expansion's extra keyword legs run on ``_phases``, beside its extra vector legs.
         self._pool = ThreadPoolExecutor(max_workers=max(2, 2 * len(self.shards)), thread_name_prefix="shard")
@@ -78,6 +83,10 @@ class ShardFanOut:
                 found_in.update((hit.chunk_id, zone) for hit in hits)
         return Leg(hits=_best(merged, limit), ms=elapsed_ms(t), zones=found_in)
 
+    def later(self, work: Callable[[], T]) -> Future[T]:
+        """Leg-level work (it may wait on shard-level work) beside the request's thread: the grep leg."""
+        return self._phases.submit(work)
+
     def keyword_later(self, query: str, *, zones: Sequence[str], where: ChunkFilter, limit: int) -> Future[Leg]:
         """:meth:`keyword` on another thread, beside vector legs in flight."""
         return self._phases.submit(lambda: self.keyword(query, zones=zones, where=where, limit=limit))
@@ -85,30 +94,35 @@ class ShardFanOut:
     def submit_vector(
         self, embedding: npt.NDArray[np.float32], *, zones: Sequence[str], where: ChunkFilter, limit: int, model: str
     ) -> PendingLeg:
-        """Send the vector leg's search for each zone to every shard (PostgreSQL works on them while this thread
-        goes on)."""
+        """Send the vector leg's search for each zone to every shard, one statement per batch of shards
+        (PostgreSQL works on them while this thread goes on)."""
 
-        def search(shard: ShardSearcher, zone: str) -> Callable[[], list[LegHit]]:
-            return lambda: shard.vector(embedding, zone=zone, limit=limit, where=where or None, model=model)
+        def search(batch: ShardBatch, zone: str) -> Callable[[], dict[int, list[LegHit]]]:
+            return lambda: batch.vector(embedding, zone=zone, limit=limit, where=where or None, model=model)
 
-        return [(shard.shard, zone, self._pool.submit(_timed, search(shard, zone)))
-                for zone in zones for shard in self.shards]
+        return [(zone, self._pool.submit(_timed, search(batch, zone)))
+                for zone in zones for batch in self._batches.vector]
 
     def hydrate(
         self, chunk_ids: list[str], located: dict[str, int], *, zones: Mapping[str, str]
     ) -> dict[str, ChunkRecord]:
         """The chunks of ``chunk_ids`` still there, each fetched from its shard (``located``) within its own
-        zone (``zones``, by chunk id): one fetch per shard and zone, and a record of any other zone is never
-        kept."""
-        asked: dict[tuple[int, str], list[str]] = {}
+        zone (``zones``, by chunk id): one fetch per batch of shards (a database's, query/shard_batches.py), and
+        a record of any other zone is never kept. The last batch is fetched on this thread, the others beside it."""
+        batch_of = {shard: batch for batch in self._batches.fetch for shard in batch.shards}
+        asked: dict[int, tuple[ShardBatch, dict[tuple[int, str], list[str]]]] = {}
         for chunk_id in chunk_ids:
-            asked.setdefault((located[chunk_id], zones[chunk_id]), []).append(chunk_id)
-        searchers = {s.shard: s for s in self.shards}
-        futures = [(zone, self._pool.submit(searchers[shard].fetch, ids, zone=zone))
-                   for (shard, zone), ids in asked.items()]
-        records: dict[str, ChunkRecord] = {}
-        for zone, future in futures:
-            records.update((chunk_id, r) for chunk_id, r in future.result().items() if r.zone == zone)
+            batch = batch_of[located[chunk_id]]
+            parts = asked.setdefault(id(batch), (batch, {}))[1]
+            parts.setdefault((located[chunk_id], zones[chunk_id]), []).append(chunk_id)
+        work = list(asked.values())
+        if not work:
+            return {}
+        futures = [self._pool.submit(batch.fetch, parts) for batch, parts in work[:-1]]
+        batch, parts = work[-1]
+        records = batch.fetch(parts)
+        for future in futures:
+            records.update(future.result())
         return records
 
     def current_indexes(self) -> list[str | None]:
@@ -127,12 +141,13 @@ def merge(pending: PendingLeg, limit: int, *, min_score: float | None = None) ->
     merged: list[tuple[int, LegHit]] = []
     found_in: dict[str, str] = {}
     slowest = 0.0
-    for shard, zone, future in pending:
-        hits, ms = future.result()
+    for zone, future in pending:
+        found, ms = future.result()
         slowest = max(slowest, ms)
-        kept = hits if min_score is None else [hit for hit in hits if hit.score >= min_score]
-        merged.extend((shard, hit) for hit in kept)
-        found_in.update((hit.chunk_id, zone) for hit in kept)
+        for shard, hits in found.items():
+            kept = hits if min_score is None else [hit for hit in hits if hit.score >= min_score]
+            merged.extend((shard, hit) for hit in kept)
+            found_in.update((hit.chunk_id, zone) for hit in kept)
     return Leg(hits=_best(merged, limit), ms=slowest, zones=found_in)
 
 
@@ -154,7 +169,7 @@ def located_zones(legs: Sequence[Leg], *, default: str) -> dict[str, str]:
     return zones
 
 
-def _timed(search: Callable[[], list[LegHit]]) -> tuple[list[LegHit], float]:
+def _timed(search: Callable[[], dict[int, list[LegHit]]]) -> tuple[dict[int, list[LegHit]], float]:
     t = time.perf_counter()
     hits = search()
     return hits, elapsed_ms(t)

@@ -44,6 +44,7 @@ from shardfuse.query.request import Mode, SearchRequest
 from shardfuse.query.rerank.stage import NO_RERANK, RerankStage, cacheable
 from shardfuse.query.result_cache import ResultCache, cache_key, settings_fingerprint
 from shardfuse.query.router import NEUTRAL, route
+from shardfuse.query.shard_batches import ShardBatches
 from shardfuse.query.shard_legs import ShardSearcher
 
 
@@ -79,9 +80,11 @@ class SearchService:
         expander: QueryExpander | None = None,
         models: QueryModels | None = None,
         rerank: RerankStage = NO_RERANK,
+        batches: ShardBatches | None = None,
     ) -> None:
-        # Lives as long as the service (one per worker process), with its threads.
-        self._fan_out = ShardFanOut(shards)
+        # Lives as long as the service (one per worker process), with its threads. ``batches``: shards read
+        # together (query/shard_batches.py); by default each on its own.
+        self._fan_out = ShardFanOut(shards, batches=batches)
         self._grep = GrepService(shards=shards, submit=self._fan_out.submit, settings=settings.grep)
         # Zones reindexed to another embedding model; None: every zone uses ``embedder``.
         self._models = models
@@ -151,8 +154,12 @@ class SearchService:
         timings: dict[str, float] = {}
         plan = route(request.query) if _on(request.route, settings.router.enabled) else NEUTRAL
         limit = max(math.ceil(request.k * settings.over_fetch * plan.limit_multiplier), settings.min_leg_depth)
+        # A code-like query's exact tokens: the grep leg's searches run beside the other two legs.
+        grep = (self._fan_out.later(lambda: self._grep.legs(request, limit, timings=timings))
+                if self._grep.leg_tokens(request) else None)
         legs = self._legs(request, limit, model.name, embedder=embedder, timings=timings)
-        legs.update(self._grep.legs(request, limit, timings=timings))  # a code-like query's exact tokens
+        if grep is not None:
+            legs.update(grep.result())
         expansion = self._expand(request, limit, model, legs=legs, timings=timings)
 
         t = time.perf_counter()

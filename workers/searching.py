@@ -10,6 +10,7 @@ from shardfuse.query.expansion.expander import QueryExpander, RedisExpansionCach
 from shardfuse.query.rerank import build_stage
 from shardfuse.query.result_cache import RedisResultCache
 from shardfuse.query.search import SearchService
+from shardfuse.query.shard_batches import store_batches
 from shardfuse.query.shard_legs import StoreShardSearcher
 
 if TYPE_CHECKING:
@@ -44,4 +45,6 @@ def build_searcher(runtime: WorkerRuntime) -> SearchService:
             max_entry_bytes=q.expansion.cache_max_entry_bytes)),
         models=runtime.models,
         rerank=rerank,
+        batches=store_batches(runtime.stores, ef_search=q.hnsw_ef_search,
+                              statements_per_database=q.statements_per_database),
     )

@@ -7,7 +7,7 @@ import enum
 import re
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from shardfuse.pipeline.config.section import Section as _Section
 
@@ -35,6 +35,14 @@ class EmbedderSettings(_Section):
     # How the local model runs: "onnx" (ONNX Runtime, graph exported once under <data_dir>/models; about 3×
     # faster per query on CPU, same vectors) or "torch". Without onnxruntime installed, onnx falls back to torch.
     local_runtime: Literal["onnx", "torch"] = "onnx"
+    # The local model's weights under ONNX Runtime: "fp32" (the model as published) or "int8" (dynamically
+    # quantised once under <data_dir>/models: faster on CPU, vectors within cosine ~0.99 of fp32; it is a model
+    # of its own, "local:<model>@int8", so its vectors and cache entries never mix with fp32's: move a zone over
+    # with `shardfuse reindex`). int8 needs local_runtime = "onnx" and onnxruntime installed.
+    local_precision: Literal["fp32", "int8"] = "fp32"
+    # ONNX Runtime threads per forward pass of the local model; 0: the cores this process may use, divided by
+    # how many forward passes run at once (the embed pool runs one at a time: pipeline/embed/providers/threads.py).
+    local_threads: int = Field(default=0, ge=0, le=256)
     # Remote providers (openai, voyage). The key comes from SHARDFUSE_EMBEDDER__API_KEY; base_url points the
     # SDK at any compatible server (empty: the provider's own).
     api_key: SecretStr = SecretStr("")
@@ -60,3 +68,13 @@ class EmbedderSettings(_Section):
     # At most this many vectors in Redis (the oldest go first): the broker's Redis is no place for an unbounded
     # cache (docs/operations.md, "Memory budget": about dimensions × 4 + 360 bytes each).
     query_cache_redis_entries: int = Field(default=20_000, ge=0)
+
+    @model_validator(mode="after")
+    def _precision_fits_runtime(self) -> EmbedderSettings:
+        if self.local_precision == "int8" and (self.provider != EmbedderProvider.LOCAL or self.local_runtime != "onnx"):
+            raise ValueError(
+                "embedder.local_precision = \"int8\" quantises the local model under ONNX Runtime: it needs "
+                f"embedder.provider = \"local\" and embedder.local_runtime = \"onnx\" (got provider "
+                f"{self.provider.value!r}, local_runtime {self.local_runtime!r})"
+            )
+        return self

@@ -24,5 +24,9 @@ class GrepSettings(_Section):
     hybrid_leg: bool = True
     leg_tokens: int = Field(default=3, ge=1)
     leg_max_lines: int = Field(default=200, ge=1)
+    # ... and one whose trigrams are so common that more than this many candidate blocks of a shard would have
+    # to be verified to find its lines (a short token such as "IgA": every block holding "iga") adds nothing
+    # either, rather than costing the query up to a second (100,000 chunks: 5 of 173 SciFact query tokens).
+    leg_max_blocks: int = Field(default=1024, ge=1)
     # The grep leg's fusion weight, next to the router's keyword and vector weights (about 1 each).
     leg_weight: float = Field(default=1.0, ge=0)

@@ -76,7 +76,15 @@ class QuerySettings(_Section):
     # The most candidates a request may ask one leg for (its keyword_depth / vector_depth): pgvector's
     # hnsw.ef_search, which a vector leg raises to its depth, stops at 1000.
     max_leg_depth: int = Field(default=1000, ge=1)
-    hnsw_ef_search: int = Field(default=100, ge=1)
+    # The lowest of 40, 64, 100, 128, 160, 200 whose vector recall@10 against exact search is at least 0.95
+    # with the default model's vectors (tests/benchmarks/bench_vector_recall.py, 80,000 texts in 4 shards:
+    # 0.957 a shard, 0.966 the merged leg; 100 gave 0.930 / 0.942: questions about code, whose neighbours are
+    # a few code snippets among prose, are the hard case). Lower it for a corpus of one kind (prose: 0.986 at 40).
+    hnsw_ef_search: int = Field(default=160, ge=1)
+    # Shards sharing one database are read together (query/shard_batches.py): hydration in one statement, the
+    # vector leg in this many, each on its own thread and server process (the server searches the shards of
+    # one statement one after the other): about the server's cores. 0: one statement per shard.
+    statements_per_database: int = Field(default=2, ge=0)
     # Diversification: at most this many chunks of one file in a result list (0 switches it off).
     max_chunks_per_file: int = Field(default=3, ge=0)
     # Results ranked below this carry a snippet instead of their chunk's full text.

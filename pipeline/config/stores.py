@@ -97,10 +97,11 @@ class VectorIndexSettings(_Section):
     # without the index, which is built once the queues are empty (0 never defers).
     defer_min_rows: int = Field(default=2000, ge=0)
     # The deferred build: memory (maintenance_work_mem), parallel workers (0: one less than this machine's
-    # cores, at least 1), and how long the queues must stay empty before it starts.
+    # cores, at least 1), and how often a waiting build checks whether the queues are empty (it starts at the
+    # first check that finds them so; every second of it is a second the load's end waits for its indexes).
     build_memory_mb: int = Field(default=512, ge=64)
     build_parallel_workers: int = Field(default=0, ge=0)
-    build_debounce_s: float = Field(default=5.0, ge=0)
+    build_debounce_s: float = Field(default=1.0, ge=0)
 
 
 class Bm25Settings(_Section):

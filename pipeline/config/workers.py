@@ -16,7 +16,9 @@ class TaskLimits(_Section):
 class WorkerSettings(_Section):
     ingest_concurrency: int = 2
     embed_concurrency: int = 8
-    maintenance_concurrency: int = 1
+    # 2: a BM25 delta (what makes a commit searchable by keyword) never waits behind a merge or the index builds
+    # after a bulk load, which each hold a process for seconds to minutes.
+    maintenance_concurrency: int = 2
     query_concurrency: int = 4
     max_retries: int = 5
     ingest_limits: TaskLimits = TaskLimits(soft_s=120, hard_s=150)

@@ -10,7 +10,8 @@
 3. The embedding cache (``(provider, model, dimensions, chunk_hash) → vector``) answers what it knows; the
    vector of a text embedded as averaged windows is cached under its own key (``<hash>/split``), so
    switching the rule never serves the other rule's vector. Missing texts are packed in order into
-   requests that respect the provider's inputs-per-request and tokens-per-request limits and ``batch_size``.
+   requests that respect the provider's inputs-per-request and tokens-per-request limits and ``batch_size``
+   (for an in-process model, in order of length: each request is then padded little, ``length_sorted``).
 4. Requests run on up to ``max_concurrent`` threads; each holds a backpressure lease (per-process AIMD
    limit plus the Redis-backed global limit) only around the provider call, and is retried with bounded
    exponential backoff that honours ``Retry-After``.
@@ -153,6 +154,8 @@ class EmbeddingStage:
                         self._embedder.name, limit, "truncated" if truncated else "split into averaged windows")
 
         items = [PackItem(key=(h, i), tokens=n) for h, ps in pieces.items() for i, (_, n) in enumerate(ps)]
+        if self._limits is not None and self._limits.length_sorted:  # requests of similar lengths: less padding
+            items.sort(key=lambda item: item.tokens)
         texts_by_key = {(h, i): piece for h, ps in pieces.items() for i, (piece, _) in enumerate(ps)}
         batches = pack(items, self._pack_limits)
         outcomes = list(self._pool.map(lambda b: self._send(b, texts_by_key), batches))

@@ -45,6 +45,9 @@ class _Info:
 
 _UNKNOWN = _Info(None)
 _EMPTY = _Info(frozenset({b""}))
+# A bare flag group, and one with a repetition after it: RE2 repeats the node before (``a(?i)*`` is ``a*``).
+_FLAGS = _Info(frozenset({b""}))
+_REPEATED_BEFORE = _Info(frozenset({b""}))
 
 
 def required_grams(pattern: str, *, case_sensitive: bool) -> Clauses:
@@ -134,6 +137,9 @@ class _Parser:
         whole = True  # every part so far exact, and the run never spilled
         while self.i < len(self.p) and self._peek() not in "|)":
             part = self._repeat()
+            if part is _REPEATED_BEFORE:  # what came before may repeat or vanish: it requires nothing for sure
+                done, run, whole = ANYTHING, frozenset({b""}), False
+                continue
             done = _and(done, part.clauses)
             if part.exact is None:
                 done, run, whole = _and(done, _as_clauses(run)), frozenset({b""}), False
@@ -146,7 +152,8 @@ class _Parser:
         return _Info(None, _and(done, _as_clauses(run)))
 
     def _repeat(self) -> _Info:
-        info = self._atom()
+        atom = info = self._atom()
+        start = self.i
         while True:
             c = self._peek()
             if c in ("*", "?"):
@@ -160,7 +167,7 @@ class _Parser:
                 info = _counted(info, int(m.group(1)), None if m.group(2) and not m.group(3) else
                                 int(m.group(3) or m.group(1)))
             else:
-                return info
+                return _REPEATED_BEFORE if atom is _FLAGS and self.i > start else info
             if self._peek() == "?":  # lazy: the same strings
                 self.i += 1
 
@@ -187,7 +194,7 @@ class _Parser:
                 end = min(x for x in (self.p.find(")", self.i), self.p.find(":", self.i)) if x >= 0)
                 self.i = end + 1
                 if self.p[end] == ")":
-                    return _EMPTY
+                    return _FLAGS
         info = self.alternation()
         self.i += 1  # ")"
         return info

@@ -29,6 +29,9 @@ class GrepService:
         self._shards = list(shards)
         self._submit = submit
         self._settings = settings
+        # The leg's token searches give up past leg_max_blocks (then the token is dropped, as one past its lines).
+        self._leg_settings = settings.model_copy(
+            update={"max_blocks": min(settings.max_blocks, settings.leg_max_blocks)})
 
     def answer(self, request: SearchRequest) -> dict[str, Any]:
         """The first ``k`` lines of the request's zones matching its pattern, in ``(path, line)`` order; a
@@ -57,12 +60,16 @@ class GrepService:
     def legs(self, request: SearchRequest, limit: int, *, timings: dict[str, float]) -> dict[str, Leg]:
         """The grep leg of a hybrid request whose query holds identifier-like tokens (``query.grep.hybrid_leg``),
         named :data:`GREP`; none otherwise."""
-        tokens = identifiers(request.query) if request.mode is Mode.HYBRID and self._settings.hybrid_leg else []
+        tokens = self.leg_tokens(request)
         leg = self.leg(tokens, zones=request.zones, where=request.where, limit=limit) if tokens else None
         if leg is None:
             return {}
         timings[GREP] = leg.ms
         return {GREP: leg}
+
+    def leg_tokens(self, request: SearchRequest) -> list[str]:
+        """The tokens a hybrid request's grep leg looks for (none: the request has no grep leg)."""
+        return identifiers(request.query) if request.mode is Mode.HYBRID and self._settings.hybrid_leg else []
 
     def leg(self, tokens: Sequence[str], *, zones: Sequence[str], where: ChunkFilter, limit: int) -> Leg | None:
         """Chunks holding the code-like ``tokens`` verbatim (case-sensitive literals), best first: by how many
@@ -93,7 +100,7 @@ class GrepService:
         if not pattern.indexed:
             return []
         found = grep_all(self._shards, self._submit, pattern, zones=zones, where=where,
-                         max_lines=self._settings.leg_max_lines, settings=self._settings)
+                         max_lines=self._settings.leg_max_lines, settings=self._leg_settings)
         return [] if found.truncated else found.hits
 
 

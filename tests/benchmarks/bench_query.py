@@ -16,13 +16,15 @@ computed, as a first-time query is), hybrid mode, k = 10, default fusion:
 - QPS: the same 1,000 queries sent by 4 client threads at the query worker, which runs 2 threads;
 - memory: peak RSS (``VmHWM``) of the query worker process with every shard loaded (bm25s mmaps its index,
   so file-backed pages are shared with the page cache: ``RssFile``) and of the embed worker;
-- the price of the vector leg's ``ef_search``: in-process latency again with ``ef_search`` at
-  ``LOW_EF_SEARCH`` (pgvector's own default) beside the configured one, and for ``RECALL_QUERIES`` queries
-  each shard's HNSW top 10 against its exact top 10 (a sequential scan) at both settings;
+- the price of the vector leg's ``ef_search``: in-process latency again with ``ef_search`` at ``OTHER_EF_SEARCH``
+  (100, the default before issue 23; 40, pgvector's own, when 100 is configured) beside the configured one, and for
+  ``RECALL_QUERIES`` queries each shard's HNSW top 10 against its exact top 10 (a sequential scan) at both
+  settings. These are the hashing embedder's vectors (sparse, a hard case for HNSW); the recall that chose the
+  configured ``ef_search`` is measured with the local model's vectors by ``bench_vector_recall.py``;
 - where the CPU goes: per query, this process's CPU time and PostgreSQL's (every server process), so the
   latency can be set against what two cores can do.
 
-Goals: in-process p50 <= 10 ms, p99 <= 40 ms; RPC p50 <= 20 ms, p99 <= 50 ms. Printed beside the figures,
+Goals (issue 23): in-process p50 <= 10 ms, p99 <= 30 ms; RPC p50 <= 15 ms, p99 <= 40 ms. Printed beside the figures,
 not asserted (timings on a shared machine are noisy). The last line is JSON.
 """
 
@@ -52,13 +54,13 @@ QUERIES = 1000
 WARM_QUERIES = 100
 QUERY_THREADS = 2
 CLIENT_THREADS = 4
-LOW_EF_SEARCH = 40
+OTHER_EF_SEARCH = (100, 40)  # the first that is not the configured one
 RECALL_QUERIES = 50
 ZONE = "bench"
-GOALS = {"inprocess_p50_ms": 10.0, "inprocess_p99_ms": 40.0, "rpc_p50_ms": 20.0, "rpc_p99_ms": 50.0}
+GOALS = {"inprocess_p50_ms": 10.0, "inprocess_p99_ms": 30.0, "rpc_p50_ms": 15.0, "rpc_p99_ms": 40.0}
 # The 100,000-chunk load alone takes minutes; the plugin's default 600 s would cut the run short.
 pytestmark = pytest.mark.timeout(3600)
-STAGES = ("embed", "keyword", "vector", "fuse", "hydrate", "boost", "total")
+STAGES = ("embed", "keyword", "vector", "grep", "fuse", "hydrate", "boost", "total")
 
 
 def test_hybrid_query_latency_throughput_and_memory() -> None:
@@ -103,9 +105,10 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
             local_qps = _local_throughput(in_process, timed)
             memory = {name: _memory(comp.pid) for name, comp in stack.state.components.items()
                       if name in ("worker-query", "worker-embed")}
-            low_ef_s = _timed_with_ef(settings, LOW_EF_SEARCH, timed)
+            other_ef = next(ef for ef in OTHER_EF_SEARCH if ef != settings.query.hnsw_ef_search)
+            low_ef_s = _timed_with_ef(settings, other_ef, timed)
             recall = {ef: _vector_recall(runtime, ef, queries[:RECALL_QUERIES])
-                      for ef in (settings.query.hnsw_ef_search, LOW_EF_SEARCH)}
+                      for ef in (settings.query.hnsw_ef_search, other_ef)}
         finally:
             runtime.close()
 
@@ -121,8 +124,8 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
         "query_threads": QUERY_THREADS, "client_threads": CLIENT_THREADS,
         "inprocess_stage_p50_ms": stages, "rpc_server_stage_p50_ms": server,
         "memory_mb": memory, "goals": GOALS, "ef_search": ef_search,
-        f"inprocess_ef{LOW_EF_SEARCH}_p50_ms": low_ef["p50_ms"],
-        f"inprocess_ef{LOW_EF_SEARCH}_p99_ms": low_ef["p99_ms"],
+        f"inprocess_ef{other_ef}_p50_ms": low_ef["p50_ms"],
+        f"inprocess_ef{other_ef}_p99_ms": low_ef["p99_ms"],
         "vector_recall_at_10": {str(ef): value for ef, value in recall.items()},
         "cpu_ms_per_query": cpu,
         "met": {name: figure_met for name, figure_met in _met(local, remote).items()},
@@ -135,10 +138,10 @@ def test_hybrid_query_latency_throughput_and_memory() -> None:
          f"<= {GOALS['rpc_p50_ms']:g} / <= {GOALS['rpc_p99_ms']:g}", _verdict(figures["met"], "rpc")],
         [f"RPC QPS ({QUERY_THREADS} worker threads, {CLIENT_THREADS} clients)", f"{rpc_qps:.1f}", "", ""],
         [f"in-process QPS ({QUERY_THREADS} threads)", f"{local_qps:.1f}", "", ""],
-        [f"in-process p50 / p99 at ef_search {LOW_EF_SEARCH} (ms)", f"{low_ef['p50_ms']:.2f} / {low_ef['p99_ms']:.2f}",
+        [f"in-process p50 / p99 at ef_search {other_ef} (ms)", f"{low_ef['p50_ms']:.2f} / {low_ef['p99_ms']:.2f}",
          "", ""],
-        [f"vector recall@10 vs exact, ef_search {ef_search} / {LOW_EF_SEARCH}",
-         f"{recall[ef_search]:.3f} / {recall[LOW_EF_SEARCH]:.3f}", "", ""],
+        [f"vector recall@10 vs exact (hashing vectors), ef_search {ef_search} / {other_ef}",
+         f"{recall[ef_search]:.3f} / {recall[other_ef]:.3f}", "", ""],
         ["CPU per in-process query (ms): this process / PostgreSQL",
          f"{cpu['client']:.2f} / {cpu['postgres']:.2f} (2 cores: {os.cpu_count()})", "", ""],
         ["stage p50 in-process (ms)", " ".join(f"{k}={v}" for k, v in stages.items()), "", ""],

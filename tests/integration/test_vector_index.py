@@ -1,5 +1,6 @@
-"""Bulk-load mode against real PostgreSQL + pgvector: the HNSW index is deferred for a large load, searches
-stay exact meanwhile, start-up does not rebuild it, and the build brings it back valid."""
+"""Bulk-load mode against real PostgreSQL + pgvector: the HNSW index (and the grep blocks' GIN index) is
+deferred for a large load, searches stay exact meanwhile, start-up does not rebuild it, and the build brings
+both back valid."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from shardfuse.pipeline.core.documents import Chunk
+from shardfuse.pipeline.core.documents import Chunk, TextBlock
 from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.embed.providers import HashingEmbedder
 from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
 from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
+from shardfuse.pipeline.index.store.grep_blocks import block_grams
+from shardfuse.pipeline.index.store.grep_store import GREP_INDEX
 from shardfuse.pipeline.index.store.vector_index import INDEX_NAME, BuildSettings, DeferPolicy
 from tests.integration.conftest import Stack, scratch_store
 
@@ -35,16 +38,17 @@ def _documents(start: int, count: int) -> list[DocumentChange]:
         event = WriteEvent(op=Op.WRITE, zone="z", path=f"d{i}.txt", content_hash="sha256:" + "2" * 64, seq=1)
         chunks = tuple(Chunk(j, t, 0, len(t), j + 1, j + 1, 5) for j, t in enumerate(texts))
         changes.append(DocumentChange(event=event, status=DocStatus.INDEXED, chunks=chunks,
-                                      embeddings=EMBED.embed_documents(texts), line_count=2))
+                                      embeddings=EMBED.embed_documents(texts), line_count=2,
+                                      blocks=(TextBlock(1, "\n".join(texts)),)))
     return changes
 
 
-def _index(store: ShardStore) -> tuple[bool, str] | None:
-    """(valid, definition) of the shard's HNSW index, or None when it has none."""
+def _index(store: ShardStore, name: str = INDEX_NAME) -> tuple[bool, str] | None:
+    """(valid, definition) of the shard's index ``name`` (HNSW unless told), or None when it has none."""
     with store.pool.connection() as conn:
         row = conn.execute(
             "SELECT i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
-            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s", (INDEX_NAME,)
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s", (name,)
         ).fetchone()
     return None if row is None else (bool(row[0]), str(row[1]))
 
@@ -66,11 +70,14 @@ def test_a_bulk_load_defers_the_index_searches_stay_exact_and_the_build_restores
     load = _documents(50, 100)
     gate.before_write(0, rows=200, documents=100)  # 200 + 1500 × 2 rows coming at a 100-row shard
     assert gate.deferred(0) and store.vector_index_deferred() and _index(store) is None
+    assert _index(store, GREP_INDEX) is None  # the grep blocks' GIN index goes with it
     store.apply(load)
 
     query = EMBED.embed_query("document 77 about topic 9")
     hits = store.vector_search(query, zone="z", limit=10, ef_search=40)
     assert [h.chunk_id for h in hits] == _exact_top(store, query, 10)
+    grams = [block_grams("document 77 about", "z")]
+    assert [b.path for b in store.grep_blocks(zone="z", any_of=grams, limit=10)] == ["d77.txt"]  # read unindexed
 
     store.ensure_schema()  # a worker starting during the load does not rebuild the index
     assert _index(store) is None
@@ -79,6 +86,9 @@ def test_a_bulk_load_defers_the_index_searches_stay_exact_and_the_build_restores
     assert store.build_vector_index() is not None
     valid, definition = _index(store)  # type: ignore[misc]
     assert valid and "hnsw" in definition and "m='8'" in definition.replace(" ", "")
+    valid, definition = _index(store, GREP_INDEX)  # type: ignore[misc]
+    assert valid and "gin (grams)" in definition
+    assert [b.path for b in store.grep_blocks(zone="z", any_of=grams, limit=10)] == ["d77.txt"]
     # Settled after the load: vacuumed and analysed now, not by autovacuum under the first queries.
     assert _vacuumed(store) is not None
     assert not store.vector_index_deferred() and not gate.deferred(0)

@@ -21,7 +21,8 @@ LOCAL_BATCH_SIZE = 64
 _BUILDERS: Mapping[EmbedderProvider, Callable[[EmbedderSettings, Path], Embedder]] = MappingProxyType(
     {
         EmbedderProvider.LOCAL: lambda s, models: LocalEmbedder(
-            s.model, batch_size=s.batch_size or LOCAL_BATCH_SIZE, runtime=s.local_runtime, cache_dir=models
+            s.model, batch_size=s.batch_size or LOCAL_BATCH_SIZE, runtime=s.local_runtime, cache_dir=models,
+            precision=s.local_precision, threads=s.local_threads,
         ),
         EmbedderProvider.HASHING: lambda s, models: HashingEmbedder(s.dimensions),
         # Remote providers are asked for settings.dimensions (models with a fixed size refuse any other).

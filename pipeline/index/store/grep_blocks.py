@@ -54,7 +54,10 @@ def cut_blocks(text: str, *, max_lines: int = BLOCK_LINES, max_chars: int = BLOC
 def normalized(text: str) -> bytes:
     """What grams are taken of: UTF-8, with ASCII letters (and the two non-ASCII folds of ASCII letters)
     lower-cased. Every other character keeps its bytes, so a substring of the text is a substring here."""
-    data = text.translate(_FOLDS).encode("utf-8")
+    # str.translate looks every character up: skip it for the (usual) text holding neither fold.
+    if "\u212a" in text or "\u017f" in text:
+        text = text.translate(_FOLDS)
+    data = text.encode("utf-8")
     return _LOWER[np.frombuffer(data, dtype=np.uint8)].tobytes()
 
 
@@ -74,7 +77,14 @@ def zone_gram(zone: str) -> int:
 
 def block_grams(text: str, zone: str) -> list[int]:
     """The ``grams`` column of a block of ``zone``."""
-    return [zone_gram(zone), *grams_of(normalized(text)).tolist()]
+    grams: list[int] = block_gram_array(text, zone).tolist()
+    return grams
+
+
+def block_gram_array(text: str, zone: str) -> np.ndarray[Any, np.dtype[np.int32]]:
+    """:func:`block_grams` as an int32 array (what the COPY row carries: no Python int per gram)."""
+    grams = grams_of(normalized(text))
+    return np.concatenate((np.array([zone_gram(zone)], dtype=np.int32), grams.astype(np.int32, copy=False)))
 
 
 def _spans(ordered: Sequence[Chunk], starts: list[int], reach: list[int], first: int, last: int) -> list[int]:
@@ -105,7 +115,7 @@ def block_rows(*, zone: str, path: str, seq: int, blocks: Sequence[TextBlock],
         # PostgreSQL text cannot hold NUL; decode rejects NUL-laden content, this is the last guard.
         text = block.text.replace("\x00", "\ufffd")
         yield (zone, path, number, seq, block.start_line, text,
-               _spans(ordered, starts, reach, block.start_line, last), block_grams(text, zone))
+               _spans(ordered, starts, reach, block.start_line, last), block_gram_array(text, zone))
 
 
 def line_chunk_id(*, zone: str, path: str, seq: int, spans: Sequence[int], line: int) -> str | None:

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
+from psycopg.adapt import Dumper
 
 from shardfuse.pipeline.index.store.changes import DocumentChange
 from shardfuse.pipeline.index.store.filters import ChunkFilter
@@ -34,9 +36,10 @@ CREATE TABLE IF NOT EXISTS {schema}.grep_blocks (
     grams       integer[] NOT NULL,
     PRIMARY KEY (zone, path, block)
 );
-CREATE INDEX IF NOT EXISTS grep_blocks_grams ON {schema}.grep_blocks USING gin (grams)
-    WITH (gin_pending_list_limit = 256);
 """
+GREP_INDEX = "grep_blocks_grams"
+_GREP_INDEX_DDL = ("CREATE INDEX {how} IF NOT EXISTS {name} ON {schema}.grep_blocks USING gin (grams) "
+                   "WITH (gin_pending_list_limit = 256)")
 # gin_pending_list_limit (kB): every search reads the index's pending list (entries inserted but not yet merged
 # into its tree) from end to end. At PostgreSQL's default of 4 MB that cost 80 ms per grep at 30,000 chunks
 # right after a load, 5 ms once a VACUUM had merged it (tests/benchmarks/bench_grep.py); 256 kB keeps the list
@@ -59,9 +62,17 @@ class CandidateBlock:
 
 def ensure_grep_table(conn: psycopg.Connection[Any], schema: str) -> None:
     """Create the table and its GIN index with the shard, or add them to a shard created before them (only
-    when missing: CREATE INDEX IF NOT EXISTS still takes a lock that queues the shard's writers)."""
+    when missing: CREATE INDEX IF NOT EXISTS still takes a lock that queues the shard's writers). A bulk load
+    drops the GIN index and builds it again after (:mod:`shardfuse.pipeline.index.store.vector_index`)."""
     if conn.execute("SELECT to_regclass(%s)", (f'"{schema}"."{GREP_TABLE}"',)).fetchone() == (None,):
         conn.execute(sql.SQL(GREP_DDL).format(schema=sql.Identifier(schema)))
+        conn.execute(create_grep_index_sql(schema, concurrently=False))
+
+
+def create_grep_index_sql(schema: str, *, concurrently: bool) -> sql.Composed:
+    """The GIN index over the blocks' grams."""
+    return sql.SQL(_GREP_INDEX_DDL).format(how=sql.SQL("CONCURRENTLY" if concurrently else ""),
+                                           name=sql.Identifier(GREP_INDEX), schema=sql.Identifier(schema))
 
 
 def delete_blocks(cur: psycopg.Cursor[Any], schema: sql.Identifier, keys: Sequence[tuple[str, str]]) -> None:
@@ -79,6 +90,7 @@ def copy_blocks(cur: psycopg.Cursor[Any], schema: sql.Identifier, writes: Sequen
         return
     copy_sql = sql.SQL("COPY {s}.grep_blocks ({cols}) FROM STDIN WITH (FORMAT BINARY)").format(
         s=schema, cols=sql.SQL(", ").join(map(sql.Identifier, BLOCK_COLUMNS)))
+    cur.adapters.register_dumper(None, Int4ArrayDumper)  # the int4[] columns, by oid (set_types)
     with cur.copy(copy_sql) as copy:
         copy.set_types(list(BLOCK_TYPES))
         for change in writes:
@@ -86,6 +98,30 @@ def copy_blocks(cur: psycopg.Cursor[Any], schema: sql.Identifier, writes: Sequen
             for row in block_rows(zone=event.zone, path=event.path, seq=event.seq, blocks=change.blocks,
                                   chunks=change.chunks):
                 copy.write_row(row)
+
+
+class Int4ArrayDumper(Dumper):
+    """``int4[]`` in PostgreSQL's binary array format, built by numpy from an array or a list of ints.
+
+    A block carries ~1,000 grams: psycopg's own list dumper handles them one Python int at a time, which
+    made the grep blocks the largest Python cost of a shard write (issue 23's profile). Written here: the
+    format is five int32 header words (dimensions, has-nulls, element type, length, lower bound), then each
+    element as its byte length (4) and its value, all big-endian; an empty array has no dimension."""
+
+    format = pq.Format.BINARY
+    oid = 1007  # int4[]
+
+    def dump(self, obj: Any) -> bytes:
+        values = np.asarray(obj, dtype=">i4")
+        if values.ndim != 1:
+            raise ValueError(f"an int4[] column takes a flat list of integers, not {values.ndim} dimensions")
+        if not len(values):
+            return np.array([0, 0, 23], dtype=">i4").tobytes()
+        out = np.empty(5 + 2 * len(values), dtype=">i4")
+        out[:5] = (1, 0, 23, len(values), 1)
+        out[5::2] = 4
+        out[6::2] = values
+        return out.tobytes()
 
 
 def candidate_blocks(

@@ -67,7 +67,7 @@ def nearest_rows(
             "SELECT chunk_id, 1 - distance FROM nearest ORDER BY distance + 0"
         ).format(s=schema, c=conditions, col=sql.Identifier(column))
         rows = conn.execute(query, params).fetchall()
-        if not _short(conn, rows, schema=schema, zone=zone, conditions=conditions,
+        if not is_short(conn, rows, schema=schema, zone=zone, conditions=conditions,
                       condition_params=condition_params, limit=limit):  # fmt: skip
             return rows
         with conn.transaction():
@@ -82,15 +82,16 @@ def nearest_rows(
         ).format(s=schema, c=conditions, col=sql.Identifier(column))
         params = [embedding, zone, *condition_params, embedding, limit]
         rows = conn.execute(query, params).fetchall()
-    if not _short(conn, rows, schema=schema, zone=zone, conditions=conditions, condition_params=condition_params,
+    if not is_short(conn, rows, schema=schema, zone=zone, conditions=conditions, condition_params=condition_params,
                   limit=limit):  # fmt: skip
         return rows
     return _exact(conn, query, params, iterative=server_features(conn).iterative_scan, schema=schema, zone=zone)
 
 
-def _short(conn: psycopg.Connection[Any], rows: list[Row], *, schema: sql.Identifier, zone: str,
+def is_short(conn: psycopg.Connection[Any], rows: list[Row], *, schema: sql.Identifier, zone: str,
            conditions: sql.Composable, condition_params: list[Any], limit: int) -> bool:
-    """Fewer than ``limit`` rows came back, and more than that many pass the filter."""
+    """Fewer than ``limit`` rows came back, and more than that many pass the filter (one ``count`` when
+    fewer came back)."""
     if len(rows) >= limit:
         return False
     available = conn.execute(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -78,8 +79,11 @@ class ShardStore:
         with self._connection() as conn:
             return vector_index.defer_index(conn, shard_schema(self.shard))
 
-    def build_vector_index(self) -> float | None:
-        return vector_index.build_index(str(self.pool.conninfo), shard_schema(self.shard), self.index)
+    def build_vector_index(self, *, parallel_workers: int | None = None) -> float | None:
+        """Build the indexes a bulk load deferred; ``parallel_workers`` overrides the configured ones (when
+        several shards build at once)."""
+        build = self.index if parallel_workers is None else replace(self.index, parallel_workers=parallel_workers)
+        return vector_index.build_index(str(self.pool.conninfo), shard_schema(self.shard), build)
 
     # -- writes --------------------------------------------------------------------------------------
     def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:

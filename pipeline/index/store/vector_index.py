@@ -1,18 +1,23 @@
-"""A shard's HNSW index: maintained row by row, or — for a load that is large next to the shard — dropped
-for the load and built again after it.
+"""A shard's HNSW index (and its grep blocks' GIN index): maintained row by row, or — for a load that is
+large next to the shard — dropped for the load and built again after it.
 
 pgvector adds a row to an HNSW graph at a cost far above the row's own write, while building the graph
 over rows already in the table costs a fraction of that per row (measured on this project's 2-core test
 machine, pgvector 0.6, 64 dimensions: 1.6 ms a row inserted vs 0.05 ms without the index, and 0.29 ms a row
 to build the index afterwards — ``tests/benchmarks/bench_embed_batching.py::test_shard_write_floor``).
 So writing ``n`` rows into a shard of ``s`` rows is cheaper without the index whenever
-``n · insert ≥ (s + n) · build``, which :class:`DeferPolicy` decides with a margin.
+``n · insert ≥ (s + n) · build``, which :class:`DeferPolicy` decides with a margin. The grep blocks' GIN
+index (:mod:`shardfuse.pipeline.index.store.grep_store`) goes and comes back with it: a block inserted into
+the GIN index costs more than the index's build costs per block afterwards (each block adds ~1,000 trigram
+entries; measured in issue 23, docs/performance.md), and a load large enough for the one is large enough
+for the other.
 
 While the index is deferred, searches of the shard stay exact (a sequential scan: pgvector without an
-index) and writes skip the graph. A marker row in the shard's ``index_state`` table records the deferral,
-committed in the same transaction as the ``DROP INDEX``, so a worker starting meanwhile does not rebuild
-the index in its start-up path; :func:`build_index` (a maintenance task) builds it with ``CREATE INDEX
-CONCURRENTLY`` — writes go on during the build — and clears the marker.
+index; the grep leg reads every block of the zone) and writes skip the graph. A marker row in the shard's
+``index_state`` table records the deferral, committed in the same transaction as the ``DROP INDEX``, so a
+worker starting meanwhile does not rebuild the index in its start-up path; :func:`build_index` (a
+maintenance task) builds it with ``CREATE INDEX CONCURRENTLY`` — writes go on during the build — and clears
+the marker.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from psycopg import errors, sql
 
 from shardfuse.pipeline.config.settings import VectorStorage
 from shardfuse.pipeline.index.store.connections import postgres_errors, postgres_location
+from shardfuse.pipeline.index.store.grep_store import GREP_INDEX, create_grep_index_sql
 from shardfuse.pipeline.index.store.vector_types import VectorType, cosine_opclass, shard_vector_type
 
 log = logging.getLogger(__name__)
@@ -116,18 +122,21 @@ def defer_index(conn: psycopg.Connection[Any], schema: str, *, lock_timeout_s: f
                         "ON CONFLICT (name) DO NOTHING").format(s=sql.Identifier(schema)),
                 (_MARKER,),
             )
-            conn.execute(sql.SQL("DROP INDEX IF EXISTS {s}.{name}").format(
-                s=sql.Identifier(schema), name=sql.Identifier(INDEX_NAME)))
+            for name in (INDEX_NAME, GREP_INDEX):
+                conn.execute(sql.SQL("DROP INDEX IF EXISTS {s}.{name}").format(
+                    s=sql.Identifier(schema), name=sql.Identifier(name)))
     except errors.LockNotAvailable:
         log.info("%s: searches held the table; the load keeps the HNSW index", schema)
         return False
-    log.info("%s: HNSW index dropped for a bulk load; it is built again when the load is over", schema)
+    log.info("%s: HNSW index dropped for a bulk load (with the grep index); both are built again when the load "
+             "is over", schema)
     return True
 
 
 def build_index(dsn: str, schema: str, build: BuildSettings) -> float | None:
-    """Build the deferred index (``CREATE INDEX CONCURRENTLY``: writes and searches go on) and clear the
-    marker; seconds taken, or None when another process is building it already.
+    """Build the deferred indexes — the grep blocks' GIN, then the HNSW graph — (``CREATE INDEX
+    CONCURRENTLY``: writes and searches go on) and clear the marker; seconds taken, or None when another
+    process is building them already.
 
     A build that failed earlier leaves an invalid index behind; it is dropped first. psycopg errors become
     ours (:func:`~shardfuse.pipeline.index.store.connections.postgres_errors`).
@@ -145,18 +154,21 @@ def _build(dsn: str, schema: str, build: BuildSettings) -> float | None:
         try:
             started = time.monotonic()
             valid = index_valid(conn, schema)
-            if valid is False:
-                conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {s}.{name}").format(
-                    s=sql.Identifier(schema), name=sql.Identifier(INDEX_NAME)))
+            for name in (GREP_INDEX, INDEX_NAME):
+                if index_valid(conn, schema, name) is False:
+                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {s}.{name}").format(
+                        s=sql.Identifier(schema), name=sql.Identifier(name)))
             conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (f"{build.memory_mb}MB",))
             conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)",
                          (str(build.parallel_workers),))
+            conn.execute(create_grep_index_sql(schema, concurrently=True))
+            grep_s = time.monotonic() - started
             vector_type = shard_vector_type(conn, schema)
             conn.execute(create_index_sql(schema, build, concurrently=True, vector_type=vector_type))
             conn.execute(sql.SQL("DELETE FROM {s}.index_state WHERE name = %s").format(s=sql.Identifier(schema)),
                          (_MARKER,))
             seconds = time.monotonic() - started
-            log.info("%s: HNSW index built in %.1f s", schema, seconds)
+            log.info("%s: grep and HNSW indexes built in %.1f s (grep %.1f s)", schema, seconds, grep_s)
             if valid is not True:
                 _settle(conn, schema)
             return seconds
@@ -173,7 +185,8 @@ def _settle(conn: psycopg.Connection[Any], schema: str) -> None:
     planner's statistics describe the loaded table before queries arrive.
     """
     started = time.monotonic()
-    conn.execute(sql.SQL("VACUUM (ANALYZE) {s}.chunks, {s}.documents").format(s=sql.Identifier(schema)))
+    conn.execute(sql.SQL("VACUUM (ANALYZE) {s}.chunks, {s}.documents, {s}.grep_blocks").format(
+        s=sql.Identifier(schema)))
     log.info("%s: vacuumed and analysed after the load in %.1f s", schema, time.monotonic() - started)
 
 

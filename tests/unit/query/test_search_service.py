@@ -14,6 +14,7 @@ from shardfuse.pipeline.index.lexical.stats import TermStats
 from shardfuse.pipeline.index.store import ChunkFilter, ChunkRecord
 from shardfuse.query.request import Mode, SearchRequest, parse_request
 from shardfuse.query.search import SearchService
+from shardfuse.query.shard_batches import ShardBatches
 from shardfuse.query.shard_legs import LegHit
 
 
@@ -362,3 +363,45 @@ def test_a_model_the_query_worker_does_not_know_is_a_clear_error() -> None:
         _service(shard).search(SearchRequest(query="q", zone="z", model="mini"))
     with pytest.raises(InvalidQueryError, match="not an embedding model name"):
         _parse(query="q", zone="z", model="Bad Name!")
+
+
+class PairBatch:
+    """Two fake shards read as one batch (as query/shard_batches.py reads the shards of one database)."""
+
+    def __init__(self, *shards: FakeShard) -> None:
+        self._shards = {s.shard: s for s in shards}
+        self.calls: list[str] = []
+
+    @property
+    def shards(self) -> tuple[int, ...]:
+        return tuple(self._shards)
+
+    def vector(self, embedding: np.ndarray, *, zone: str, limit: int, where: ChunkFilter | None,
+               model: str) -> dict[int, list[LegHit]]:
+        self.calls.append("vector")
+        return {n: s.vector(embedding, zone=zone, limit=limit, where=where, model=model)
+                for n, s in self._shards.items()}
+
+    def fetch(self, asked: dict[tuple[int, str], list[str]]) -> dict[str, ChunkRecord]:
+        self.calls.append("fetch")
+        records: dict[str, ChunkRecord] = {}
+        for (shard, zone), ids in asked.items():
+            records.update(self._shards[shard].fetch(ids, zone=zone))
+        return records
+
+
+def test_shards_read_in_batches_answer_as_shards_read_one_by_one() -> None:
+    def shards() -> list[FakeShard]:
+        return [FakeShard(n, keyword=[LegHit(f"k{n}", 9.0 - n)], vector=[LegHit(f"v{n}", 0.9 - n / 10)],
+                          records={f"k{n}": f"s{n}/k.py", f"v{n}": f"s{n}/v.py"}) for n in range(4)]
+
+    one_by_one = _service(*shards()).search(SearchRequest(query="q", zone="z", k=8))
+    batched_shards = shards()
+    batches = (PairBatch(*batched_shards[:2]), PairBatch(*batched_shards[2:]))
+    service = SearchService(shards=batched_shards, embedder=HashingEmbedder(16), settings=NEUTRAL_SETTINGS,
+                            batches=ShardBatches(vector=batches, fetch=batches))
+    batched = service.search(SearchRequest(query="q", zone="z", k=8))
+    assert [(r["chunk_id"], r["shard"], r["path"], r["score"]) for r in batched["results"]] == [
+        (r["chunk_id"], r["shard"], r["path"], r["score"]) for r in one_by_one["results"]]
+    assert len(batched["results"]) == 8
+    assert [b.calls for b in batches] == [["vector", "fetch"], ["vector", "fetch"]]  # one call per batch and step

@@ -260,12 +260,29 @@ def test_onnx_runtime_gives_the_same_vectors_as_torch(local: LocalEmbedder, onnx
 
 def test_onnx_export_happens_once_and_is_reused(tmp_path: Path, onnx_local: LocalEmbedder) -> None:
     first = LocalEmbedder(runtime="onnx", cache_dir=tmp_path)
-    exported = sorted(tmp_path.glob("*.onnx"))
-    assert len(exported) == 1 and not list(tmp_path.glob("*.tmp"))
-    stamp = exported[0].stat().st_mtime_ns
+    graphs = sorted(tmp_path.glob("*.onnx"))
+    # The exported graph and ONNX Runtime's optimised copy of it; no temporary file left behind.
+    assert len(graphs) == 2 and len(list(tmp_path.glob("*.opt.onnx"))) == 1 and not list(tmp_path.glob("*.tmp*"))
+    stamps = [g.stat().st_mtime_ns for g in graphs]
     second = LocalEmbedder(runtime="onnx", cache_dir=tmp_path)
-    assert exported[0].stat().st_mtime_ns == stamp  # loaded, not exported again
+    assert [g.stat().st_mtime_ns for g in graphs] == stamps  # loaded, not exported or optimised again
     np.testing.assert_array_equal(first.embed_query("same"), second.embed_query("same"))
+
+
+def test_onnx_batches_of_mixed_lengths_agree_with_single_calls(onnx_local: LocalEmbedder) -> None:
+    # Sorted by length into batches of similar inputs, then put back: each row is its own text's vector.
+    texts = [f"word {i} " * (1 + (i * 37) % 90) for i in range(70)] + ["", "x"]
+    together = onnx_local.embed_documents(texts)
+    for i in (0, 5, 33, 69, 70, 71):
+        np.testing.assert_allclose(together[i], onnx_local.embed_query(texts[i]), atol=1e-5)
+
+
+def test_int8_needs_onnx_and_precisions_are_checked(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    with pytest.raises(ConfigurationError, match="ONNX Runtime only"):
+        LocalEmbedder(runtime="torch", precision="int8", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        LocalEmbedder(runtime="onnx", precision="int4", cache_dir=tmp_path)
 
 
 def test_onnx_runtime_falls_back_to_torch_without_onnxruntime(

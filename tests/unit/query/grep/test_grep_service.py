@@ -56,3 +56,15 @@ def test_the_grep_leg_ranks_chunks_by_tokens_held_and_skips_unselective_tokens()
     assert list(service.legs(hybrid, 10, timings=timings)) == ["grep"] and "grep" in timings
     prose = parse_request({"query": "where are tasks sent", "zone": "z"}, settings=QuerySettings())
     assert service.legs(prose, 10, timings={}) == {}
+
+
+def test_the_grep_leg_drops_a_token_with_more_candidate_blocks_than_it_verifies_but_grep_mode_does_not() -> None:
+    service, _ = _service(GrepSettings(leg_max_lines=1000, leg_max_blocks=3))
+    # "compute" is in 5 blocks, past the leg's 3: no evidence; "send_task" (2 blocks) still counts.
+    assert service.leg(["compute"], zones=["z"], where=ChunkFilter(), limit=10) is None
+    leg = service.leg(["send_task", "compute"], zones=["z"], where=ChunkFilter(), limit=10)
+    assert leg is not None and [hit.chunk_id for _, hit in leg.hits] == [chunk_id("z", "a.py", 1, 0),
+                                                                         chunk_id("z", "b.py", 1, 0)]
+    request = parse_request({"query": "compute", "zone": "z", "mode": "grep", "k": 100}, settings=QuerySettings())
+    answer = service.answer(request)
+    assert len(answer["results"]) == 50 and answer["truncated"] is False

@@ -4,7 +4,7 @@ index would hide a match), and the requirement narrows as a reader of the patter
 from __future__ import annotations
 
 import re2
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shardfuse.pipeline.index.store.grep_blocks import grams_of, normalized
@@ -47,6 +47,7 @@ def _compiled(pattern: str, *, case_sensitive: bool, literal: bool = False) -> o
 
 @settings(max_examples=600, deadline=None)
 @given(pattern=patterns(), lines=LINES, case_sensitive=st.booleans())
+@example(pattern="(aaa)(?i)*", lines=[""], case_sensitive=False)  # RE2 repeats the group before the flags
 def test_every_line_re2_matches_holds_a_required_clause(pattern: str, lines: list[str], case_sensitive: bool) -> None:
     compiled = _compiled(pattern, case_sensitive=case_sensitive)
     if compiled is None:

@@ -1,0 +1,48 @@
+"""embedder.local_precision: int8 only where it means something (the local model under ONNX Runtime)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from shardfuse.pipeline.config.settings import EmbedderProvider, EmbedderSettings, load_settings
+from shardfuse.pipeline.core.errors import ConfigurationError
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in list(os.environ):
+        if key.startswith("SHARDFUSE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no real stack's passwords (pipeline/config/stack_secrets.py)
+
+
+def test_fp32_is_the_default_and_int8_is_accepted_for_the_local_onnx_model() -> None:
+    assert EmbedderSettings().local_precision == "fp32"
+    assert EmbedderSettings(local_precision="int8").local_precision == "int8"
+
+
+@pytest.mark.parametrize("fields", [{"provider": EmbedderProvider.HASHING}, {"local_runtime": "torch"},
+                                    {"provider": EmbedderProvider.OPENAI}])
+def test_int8_elsewhere_is_refused_with_what_it_needs(fields: dict[str, object]) -> None:
+    with pytest.raises(ValidationError, match='needs embedder.provider = "local" and embedder.local_runtime = "onnx"'):
+        EmbedderSettings(local_precision="int8", **fields)  # type: ignore[arg-type]
+
+
+def test_an_unknown_precision_or_negative_threads_is_refused() -> None:
+    with pytest.raises(ValidationError):
+        EmbedderSettings(local_precision="int4")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        EmbedderSettings(local_threads=-1)
+
+
+def test_the_environment_sets_them_and_a_bad_mix_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDFUSE_EMBEDDER__LOCAL_PRECISION", "int8")
+    monkeypatch.setenv("SHARDFUSE_EMBEDDER__LOCAL_THREADS", "1")
+    settings = load_settings(embedder={"provider": "local"})
+    assert (settings.embedder.local_precision, settings.embedder.local_threads) == ("int8", 1)
+    with pytest.raises(ConfigurationError, match="local_precision"):
+        load_settings(embedder={"provider": "hashing"})
