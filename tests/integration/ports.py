@@ -8,16 +8,22 @@ import socket
 
 # Below the kernel's ephemeral range (32768+), which concurrent clients and `bind(0)` draw from.
 PORT_RANGE = (20000, 32768)
+# Every port handed out in this process: a port is only bound once its server starts, so until then another
+# call could draw it again (seen: Flower's readiness probe answered by a Redis given the same port).
+_ISSUED: set[int] = set()
 
 
 def free_port() -> int:
     for _ in range(100):
         port = random.randrange(*PORT_RANGE)
+        if port in _ISSUED:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _ISSUED.add(port)
             return port
     raise RuntimeError(f"no free port in {PORT_RANGE}")
 
@@ -27,11 +33,14 @@ def free_port_run(count: int) -> int:
     metrics on ``stack.metrics_port`` and the ports after it)."""
     for _ in range(100):
         first = random.randrange(PORT_RANGE[0], PORT_RANGE[1] - count)
+        if _ISSUED.intersection(range(first, first + count)):
+            continue
         with contextlib.ExitStack() as held:
             try:
                 for port in range(first, first + count):
                     held.enter_context(socket.socket()).bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _ISSUED.update(range(first, first + count))
             return first
     raise RuntimeError(f"no {count} consecutive free ports in {PORT_RANGE}")

@@ -7,6 +7,7 @@ file: :func:`child_env` names it in their environment (:mod:`shardfuse.pipeline.
 from __future__ import annotations
 
 import base64
+import http.client
 import socket
 import sys
 import urllib.error
@@ -188,5 +189,5 @@ def _http_status(request: urllib.request.Request) -> int | None:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return exc.code
-    except (urllib.error.URLError, OSError):
-        return None
+    except (urllib.error.URLError, OSError, http.client.HTTPException):
+        return None  # nothing listening yet, or something that is not an HTTP server (not Flower, then)
