@@ -24,6 +24,7 @@ from psycopg import sql
 
 from shardfuse.pipeline.index.store.schema import ensure_shard_schema, shard_schema
 from shardfuse.pipeline.index.store.vector_index import BuildSettings
+from tests.benchmarks.scale import embedding_dimensions
 from tests.integration.conftest import Stack
 
 
@@ -112,7 +113,7 @@ def _prepare(dsn: str, target: str, count: int, *, zone: str, build: BuildSettin
     shards = []
     with psycopg.connect(dsn) as source, psycopg.connect(target, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        dimensions = _dimensions(source)
+        dimensions = embedding_dimensions(source)
         for number in range(count):
             schema = shard_schema(number)
             ensure_shard_schema(conn, number, dimensions=dimensions, build=build)
@@ -196,11 +197,3 @@ def _indexes(conn: psycopg.Connection[Any], schema: str) -> list[_Index]:
     return out
 
 
-def _dimensions(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute(
-        "SELECT a.atttypmod FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-        "JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = 'shard_0' AND c.relname = 'chunks' AND a.attname = 'embedding'"
-    ).fetchone()
-    assert row is not None, "shard_0 has no chunks table yet"
-    return int(row[0])

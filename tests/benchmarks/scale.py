@@ -217,7 +217,8 @@ def _copy_out(dsn: str, target: str, shards: list[_BareShard], *, zone: str, bui
     from shardfuse.pipeline.index.store.schema import ensure_shard_schema, shard_schema
     from shardfuse.pipeline.index.store.vector_index import INDEX_NAME
 
-    dimensions = _embedding_dimensions(dsn)
+    with psycopg.connect(dsn) as conn:
+        dimensions = embedding_dimensions(conn)
     rows = 0
     with psycopg.connect(dsn) as source, psycopg.connect(target, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -255,13 +256,13 @@ def _copy_in(target: str, bare: _BareShard, *, build: BuildSettings, index_prese
             conn.execute(create_index_sql(schema, build, concurrently=False, vector_type=bare.vector_type))
 
 
-def _embedding_dimensions(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT a.atttypmod FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = 'shard_0' AND c.relname = 'chunks' AND a.attname = 'embedding'"
-        ).fetchone()
+def embedding_dimensions(conn: psycopg.Connection[Any]) -> int:
+    """The dimensions of shard 0's ``embedding`` column (the stack's embedder's)."""
+    row = conn.execute(
+        "SELECT a.atttypmod FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = 'shard_0' AND c.relname = 'chunks' AND a.attname = 'embedding'"
+    ).fetchone()
     assert row is not None, "shard_0 has no chunks table yet"
     return int(row[0])
 
