@@ -26,7 +26,7 @@ from psycopg import sql
 from shardfuse.pipeline.index.store.connections import server_features, use_session_setting
 from shardfuse.pipeline.index.store.filters import ChunkFilter
 from shardfuse.pipeline.index.store.nearest import ITERATIVE_SCAN, Row, is_short, nearest_rows
-from shardfuse.pipeline.index.store.reads import RECORD_COLUMNS, ChunkRecord, VectorHit
+from shardfuse.pipeline.index.store.reads import RECORD_COLUMNS, ChunkRecord, VectorHit, vector_conditions, vector_hits
 
 
 def vector_search_shards(
@@ -41,9 +41,7 @@ def vector_search_shards(
     column: str = "embedding",
 ) -> list[list[VectorHit]]:
     """:func:`.reads.vector_search` of every schema in ``schemas``, in one statement: each schema's hits, in order."""
-    conditions, condition_params = (where or ChunkFilter()).sql()
-    if column != "embedding":  # as reads.vector_search: another model's column is filled for some zones only
-        conditions = sql.SQL("{c} AND {col} IS NOT NULL").format(c=conditions, col=sql.Identifier(column))
+    conditions, condition_params = vector_conditions(where, column)
     use_session_setting(conn, "hnsw.ef_search", str(max(ef_search, limit)))
     iterative = server_features(conn).iterative_scan
     if iterative:
@@ -64,7 +62,7 @@ def vector_search_shards(
             rows[part] = nearest_rows(conn, schema, embedding, zone=zone, conditions=conditions,
                                       condition_params=condition_params, limit=limit, ef_search=ef_search,
                                       column=column)
-    return [[VectorHit(chunk_id=r[0], score=float(r[1])) for r in found if r[1] is not None] for found in rows]
+    return [vector_hits(found) for found in rows]
 
 
 def _nearest_part(part: int, schema: sql.Identifier, conditions: sql.Composable, *, column: str,

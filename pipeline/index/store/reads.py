@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from shardfuse.pipeline.index.store.filters import ChunkFilter
-from shardfuse.pipeline.index.store.nearest import nearest_rows
+from shardfuse.pipeline.index.store.nearest import Row, nearest_rows
 from shardfuse.pipeline.ingest.symbols import ChunkSymbols, SymbolLines
 
 RECORD_COLUMNS = sql.SQL(
@@ -98,12 +98,23 @@ def vector_search(
     shard, or a filter (``where``) that few chunks match, still gets its nearest chunks from the index; an
     older pgvector falls back to an exact scan when the index comes back short (:mod:`.nearest`).
     """
-    conditions, condition_params = (where or ChunkFilter()).sql()
-    if column != "embedding":  # another model's column holds vectors only for the zones reindexed to it
-        conditions = sql.SQL("{c} AND {col} IS NOT NULL").format(c=conditions, col=sql.Identifier(column))
+    conditions, condition_params = vector_conditions(where, column)
     rows = nearest_rows(conn, schema, embedding, zone=zone, conditions=conditions, condition_params=condition_params,
                         limit=limit, ef_search=ef_search, column=column)
-    # A row without a vector in this column (a zone that left the model) has no distance: never a hit.
+    return vector_hits(rows)
+
+
+def vector_conditions(where: ChunkFilter | None, column: str) -> tuple[sql.Composable, list[Any]]:
+    """The vector leg's conditions: ``where``, and for another model's column, rows that have a vector in it
+    (it holds vectors only for the zones reindexed to that model)."""
+    conditions, condition_params = (where or ChunkFilter()).sql()
+    if column != "embedding":
+        conditions = sql.SQL("{c} AND {col} IS NOT NULL").format(c=conditions, col=sql.Identifier(column))
+    return conditions, list(condition_params)
+
+
+def vector_hits(rows: Sequence[Row]) -> list[VectorHit]:
+    """Rows as hits; a row without a vector in the column (a zone that left the model) has no distance: never a hit."""
     return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows if r[1] is not None]
 
 
