@@ -58,6 +58,8 @@ class StackSettings(_Section):
     """
 
     flower_port: int = 15555
+    # The HTTP API (`shardfuse api`, shardfuse.workers.http) that `up` starts beside Flower; 0: none.
+    api_port: int = Field(default=15560, ge=0, le=65535)
     # The worker pools' /metrics, on loopback: the ingest pool's port, then embed, maintenance and query on the
     # next ones (shardfuse.workers.stack.celery_processes.worker_metrics); 0: none.
     metrics_port: int = Field(default=15556, ge=0, le=65532)

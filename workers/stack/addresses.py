@@ -52,6 +52,7 @@ class StackAddresses:
     redis: Endpoint
     postgres: PostgresTarget
     flower: Endpoint
+    api: Endpoint | None = None  # the HTTP API, when ``stack.api_port`` is not 0
 
     @property
     def flower_url(self) -> str:
@@ -59,13 +60,14 @@ class StackAddresses:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StackAddresses:
-        """Parse ``broker.url``, ``postgres.dsn`` and ``stack.flower_port``; refuse non-loopback hosts."""
+        """Parse ``broker.url``, ``postgres.dsn`` and the stack's ports; refuse non-loopback hosts."""
         redis = parse_redis_url(settings.broker.url)
         postgres = parse_postgres_dsn(settings.postgres.dsn)
         require_loopback(redis.host, what="broker.url")
         require_loopback(postgres.endpoint.host, what="postgres.dsn")
         # Flower is reachable from wherever the broker is, which is loopback by now.
-        return cls(redis=redis, postgres=postgres, flower=Endpoint(redis.host, settings.stack.flower_port))
+        api = Endpoint(redis.host, settings.stack.api_port) if settings.stack.api_port else None
+        return cls(redis=redis, postgres=postgres, flower=Endpoint(redis.host, settings.stack.flower_port), api=api)
 
 
 def parse_redis_url(url: str) -> Endpoint:
