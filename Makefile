@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE ?= 1
 DEMO_ZONE    := demo
 DEMO_SOURCES := pipeline query workers docs config tests README.md Makefile pyproject.toml
 
-.PHONY: demo test test-faults bench bench-scale install lint typecheck down clean flower-screenshot
+.PHONY: demo test test-faults bench bench-scale install lint typecheck down clean flower-screenshot prometheus-screenshot
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,8 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
-# Debian's prometheus, for promtool: the metrics test checks each pool's exposition with `promtool check metrics`.
+# Debian's prometheus, for promtool: the metrics test checks each pool's exposition with `promtool check metrics`,
+# the monitoring tests check and test config/prometheus/ with it, and the scrape test runs the server itself.
 $(PROMTOOL):
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
@@ -75,6 +76,11 @@ test-faults: install
 # The README's Flower screenshot, taken by the browser test on a fresh embedded stack.
 flower-screenshot: install
 	SHARDFUSE_SCREENSHOT=docs/images/flower.png $(BIN)/python -m pytest -q tests/integration/test_flower_browser.py
+
+# The README's Prometheus screenshot: Debian's Prometheus scraping a fresh embedded stack, graphing queue depth
+# and freshness while a few hundred documents load (tests/integration/test_prometheus_scrape.py).
+prometheus-screenshot: install
+	SHARDFUSE_SCREENSHOT=docs/images/prometheus.png $(BIN)/python -m pytest -q tests/integration/test_prometheus_scrape.py -k screenshot
 
 bench: install
 	@if ls tests/benchmarks/bench_*.py >/dev/null 2>&1; then \

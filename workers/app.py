@@ -16,6 +16,7 @@ from shardfuse.pipeline.config.settings import Settings, TaskLimits
 from shardfuse.workers import readiness as _readiness  # noqa: F401  registers the shardfuse_ready command
 from shardfuse.workers.broker.serialization import JSON_ONLY
 from shardfuse.workers.broker.transport import SENTINEL_TRANSPORT, TLS_TRANSPORT, TRANSPORT
+from shardfuse.workers.freshness import stamp_origin
 from shardfuse.workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue
 from shardfuse.workers.runtime import RuntimeHolder
 
@@ -42,9 +43,11 @@ def broker_transport(url: str) -> str | None:
 @signals.before_task_publish.connect(weak=False)  # type: ignore[untyped-decorator]
 def stamp_published(headers: dict[str, Any] | None = None, **_: Any) -> None:
     """Every message shardfuse publishes (events, documents, retries) says when: ``shardfuse status`` shows
-    how long the oldest message of each queue has waited."""
+    how long the oldest message of each queue has waited; and when its change was first published
+    (:mod:`shardfuse.workers.freshness`)."""
     if headers is not None:
-        headers[PUBLISHED_HEADER] = time.time()
+        headers[PUBLISHED_HEADER] = now = time.time()
+        stamp_origin(headers, now=now)
 
 
 def task_limits(settings: Settings) -> dict[str, dict[str, int]]:

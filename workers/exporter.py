@@ -1,6 +1,6 @@
 """The Prometheus collector of ``shardfuse exporter``: the deployment's state, read afresh at every scrape
 from the broker's Redis, the BM25 manifests and PostgreSQL (queue depths and ages, messages held by dead
-workers, BM25 lag, deferred vector indexes, dead letters).
+workers, the pools alive per queue, BM25 lag, deferred vector indexes, dead letters).
 
 It serves gauges only, of state every process shares: one exporter serves a whole deployment. What the
 processes count (events, embeddings, provider calls, query durations) each worker pool serves itself at
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,9 +31,11 @@ from shardfuse.pipeline.coordination.build_schedule import VectorIndexSchedule
 from shardfuse.pipeline.core.errors import SchemaMissingError, ShardfuseError
 from shardfuse.pipeline.index.store import vector_index
 from shardfuse.pipeline.index.store.schema import shard_schema
+from shardfuse.pipeline.observability.endpoint_directory import EndpointDirectory
 from shardfuse.workers import monitor
 from shardfuse.workers.broker.inbox import unreadable_count
 from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
+from shardfuse.workers.names import Queue
 
 log = logging.getLogger(__name__)
 NAMESPACE = "shardfuse"
@@ -84,7 +87,21 @@ def broker_families(settings: Settings, client: redis.Redis) -> list[Metric]:
         generation.add_metric(shard, -1 if row["generation"] is None else row["generation"])
         scheduled.add_metric(shard, int(VectorIndexSchedule(client).scheduled(row["shard"])))
     return [waiting, in_flight, oldest_waiting, oldest_held, dead_held, unreadable, lag, behind, current, generation,
-            scheduled]
+            scheduled, pool_family(settings, client)]
+
+
+def pool_family(settings: Settings, client: redis.Redis) -> Metric:
+    """Per queue, the worker pools whose heartbeat is current: each pool announces its ``/metrics`` endpoint
+    every ``delivery.heartbeat_s`` (:mod:`shardfuse.pipeline.observability.endpoint_directory`), and one silent
+    for ``delivery.dead_after_s`` (stopped, killed, cut off) no longer counts. A pool that serves no metrics
+    (``workers.metrics_port`` 0) does not announce itself either."""
+    alive = _gauge("pools_alive", "Worker pools of the queue whose heartbeat (metrics endpoint announcement) is "
+                                  "current; 0: no pool consumes the queue.", ["queue"])
+    directory = EndpointDirectory(client, stale_after_s=settings.delivery.dead_after_s)
+    pools = Counter(endpoint.node.partition("@")[0] for endpoint in directory.endpoints())
+    for queue in Queue:
+        alive.add_metric([queue.value], pools.get(queue.value, 0))
+    return alive
 
 
 class _OneConnection:

@@ -100,7 +100,8 @@ class WorkerRuntime:
 
     @property
     def counter(self) -> TokenCounter:
-        return self._once("_counter", lambda: TokenCounter(self.settings.chunking.encoding))
+        return self._once("_counter", lambda: TokenCounter(self.settings.chunking.encoding,
+                                                             bpe_dir=self.settings.chunking.bpe_dir))
 
     @property
     def embedder(self) -> Embedder:

@@ -19,7 +19,7 @@ from shardfuse.pipeline.observability.metric_totals import MetricTotals, add_up,
 from shardfuse.workers import monitor
 from shardfuse.workers.broker.inbox import UNREADABLE_KEY, recent_unreadable, unreadable_count
 from shardfuse.workers.broker.redelivery import orphan_grace_s, orphaned_tags
-from shardfuse.workers.stack import StackState
+from shardfuse.workers.stack import StackState, api_process
 
 # How many of the newest set-aside items' reasons status shows.
 UNREADABLE_SHOWN = 3
@@ -29,6 +29,7 @@ def collect_status(settings: Settings, *, state: StackState | None) -> dict[str,
     status: dict[str, Any] = {
         "broker_url": settings.broker.display_url,  # password masked
         "flower_url": state.flower_url if state else None,
+        "api_url": api_process.recorded_url(settings, state),
         "data_dir": str(settings.data_path),
         "shards": settings.shards,
         "processes": _processes(state),
@@ -147,6 +148,7 @@ def format_status(status: dict[str, Any]) -> str:
     lines = [
         f"broker   {status['broker_url']}",
         f"flower   {status['flower_url'] or '(not started by shardfuse up)'}",
+        f"api      {status.get('api_url') or '(not started by shardfuse up)'}",
         f"data     {status['data_dir']}",
     ]
     if status.get("broker_error"):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
@@ -23,6 +24,10 @@ _DEFAULT_STRATEGIES: dict[str, ChunkStrategy] = {
 
 class ChunkingSettings(_Section):
     encoding: str = "cl100k_base"
+    # The folder holding the encoding's BPE file (cl100k_base.tiktoken, or tiktoken's cache name for it): read from
+    # disk, never downloaded. Unset: the checkout's .cache/tiktoken (which `make install` fills), else tiktoken's
+    # own cache ($TIKTOKEN_CACHE_DIR) or a download (shardfuse.pipeline.core.bpe_files).
+    bpe_dir: Path | None = None
     max_tokens: int = Field(default=512, ge=16)
     overlap_tokens: int = Field(default=64, ge=0)
     # Shrink a document's budget until each chunk with its context fits the embedding model's input, counted

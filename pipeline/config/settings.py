@@ -30,6 +30,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from shardfuse.pipeline.config.api import ApiSettings
 from shardfuse.pipeline.config.embedder import DEFAULT_MODEL, MODEL_NAME, EmbedderProvider, EmbedderSettings
 from shardfuse.pipeline.config.ingest import (
     ChunkingSettings,
@@ -49,6 +50,7 @@ from shardfuse.pipeline.config.query import (
     ZoneProfile,
 )
 from shardfuse.pipeline.config.rerank import RerankProvider, RerankSettings
+from shardfuse.pipeline.config.stack_ports import with_stack_ports
 from shardfuse.pipeline.config.stack_secrets import with_stack_secrets
 from shardfuse.pipeline.config.stores import (
     Bm25Settings,
@@ -58,6 +60,7 @@ from shardfuse.pipeline.config.stores import (
     VectorIndexSettings,
     VectorStorage,
 )
+from shardfuse.pipeline.config.watch import WatchSettings
 from shardfuse.pipeline.config.workers import (
     DeliverySettings,
     FlowerSettings,
@@ -118,11 +121,13 @@ class Settings(BaseSettings):
     bm25: Bm25Settings = Bm25Settings()
     query: QuerySettings = QuerySettings()
     rerank: RerankSettings = RerankSettings()  # reranking after fusion (pipeline/config/rerank.py); off by default
+    api: ApiSettings = ApiSettings()  # the HTTP API (shardfuse api; pipeline/config/api.py)
     workers: WorkerSettings = WorkerSettings()
     delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()
     flower: FlowerSettings = FlowerSettings()
     logging: LoggingSettings = LoggingSettings()
+    watch: WatchSettings = WatchSettings()  # shardfuse watch (pipeline/config/watch.py)
     # Fault tests only (shardfuse.pipeline.core.failpoints): failpoint name -> marker file; empty in production.
     failpoints: dict[str, Path] = {}
 
@@ -246,8 +251,10 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
         raise ConfigurationError(f"invalid settings: {exc}") from exc
     finally:
         _SOURCES.reset(token)
-    # The embedded stack's generated passwords, where the settings point at it without one.
-    return with_stack_secrets(settings)
+    # The ports the embedded stack chose where the user left them at their defaults
+    # (shardfuse.pipeline.config.stack_ports), then its generated passwords, where the settings point at it
+    # without one.
+    return with_stack_secrets(with_stack_ports(settings))
 
 
 def settings_from_json(text: str) -> Settings:

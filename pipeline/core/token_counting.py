@@ -1,7 +1,9 @@
 """Token counting with tiktoken, and the token-to-character offsets that chunking needs.
 
-tiktoken loads its BPE rank file from ``$TIKTOKEN_CACHE_DIR/<sha1 of the download URL>`` and downloads it
-when the cache misses. Offline hosts must pre-seed that cache (see ``tests/conftest.py``).
+The encoding is built from its BPE file on disk when one is found (``chunking.bpe_dir``, else the checkout's
+``.cache/tiktoken``: :mod:`shardfuse.pipeline.core.bpe_files`), so nothing needs the network or an exported
+``TIKTOKEN_CACHE_DIR``; otherwise tiktoken loads it its own way (``$TIKTOKEN_CACHE_DIR/<sha1 of the download
+URL>``, else a download).
 
 Text is encoded with :meth:`tiktoken.Encoding.encode_ordinary`: a document that happens to contain
 ``<|endoftext|>`` is counted as ordinary text instead of raising, as ``encode`` would.
@@ -11,20 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import tiktoken
 
+from shardfuse.pipeline.core.bpe_files import offline_encoding
 from shardfuse.pipeline.core.errors import ConfigurationError
 
 DEFAULT_ENCODING = "cl100k_base"
 
 _CACHE_HELP = (
-    "tiktoken could not load encoding {name!r} ({error}). On an offline host, pre-seed tiktoken's cache: "
-    "copy the encoding's .tiktoken file into a folder under the name sha1(<download URL>) "
-    "(cl100k_base: 9b5ad71b2ce5302211f9c61530b329a4922fc6a4) and set TIKTOKEN_CACHE_DIR to that folder, "
-    "e.g. `export TIKTOKEN_CACHE_DIR=/path/to/tiktoken_cache`."
+    "tiktoken could not load encoding {name!r} ({error}). On an offline host, put the encoding's .tiktoken file "
+    "(cl100k_base.tiktoken) in a folder and set chunking.bpe_dir to it (SHARDFUSE_CHUNKING__BPE_DIR=/path/to/"
+    "folder), or pre-seed tiktoken's cache: copy it into a folder under the name sha1(<download URL>) "
+    "(cl100k_base: 9b5ad71b2ce5302211f9c61530b329a4922fc6a4) and `export TIKTOKEN_CACHE_DIR=<that folder>`."
 )
 
 
@@ -43,16 +47,21 @@ class TokenOffsets:
 
 
 class TokenCounter:
-    """Counts and encodes text with one tiktoken encoding (``cl100k_base`` unless told otherwise)."""
+    """Counts and encodes text with one tiktoken encoding (``cl100k_base`` unless told otherwise).
 
-    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+    ``bpe_dir``: the folder holding the encoding's BPE file (``chunking.bpe_dir``); None looks in the
+    checkout's ``.cache/tiktoken``, then lets tiktoken find or download it.
+    """
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING, *, bpe_dir: Path | None = None) -> None:
         if encoding not in tiktoken.list_encoding_names():
             raise ConfigurationError(
                 f"unknown tiktoken encoding {encoding!r}; known: {', '.join(tiktoken.list_encoding_names())}"
             )
+        # Built from a file on disk when there is one (memoised, like tiktoken's own: many counters are cheap).
+        local = offline_encoding(encoding, bpe_dir=bpe_dir)
         try:
-            # tiktoken memoises encodings per process, so constructing many counters is cheap.
-            self._encoding = tiktoken.get_encoding(encoding)
+            self._encoding = local or tiktoken.get_encoding(encoding)
         except (OSError, ValueError) as exc:
             # OSError covers requests' ConnectionError (offline, cache miss); ValueError a cached file whose
             # hash does not match.

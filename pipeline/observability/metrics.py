@@ -29,6 +29,10 @@ from prometheus_client import Counter, Histogram
 NAMESPACE = "shardfuse"
 # Upper bounds, in seconds, of the query histogram's buckets (above the last: +Inf).
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Upper bounds, in seconds, of the freshness histogram's buckets: from an idle pipeline's sub-second path to a
+# bulk load's backlog. 60 is the freshness objective of config/prometheus/alerts.yml (a bucket bound, so the
+# share of changes slower than it is exact).
+FRESHNESS_BUCKETS_S = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0)
 _EMBEDDING = ("provider", "model")
 
 EVENTS_PUBLISHED = Counter(
@@ -66,6 +70,10 @@ PROVIDER_RETRIES = Counter(
 QUERY_DURATION = Histogram(
     "query_duration_seconds", "Time the search task took, by mode and outcome.", ["mode", "outcome"],
     namespace=NAMESPACE, buckets=BUCKETS_S)  # outcome: ok | cached | invalid | error
+FRESHNESS = Histogram(
+    "freshness_seconds", "Seconds from a change's publication to its commit in its shard, when the vector and grep "
+    "legs find it (the keyword leg follows at the shard's next BM25 delta: shardfuse_bm25_behind_seconds), by op.",
+    ["op"], namespace=NAMESPACE, buckets=FRESHNESS_BUCKETS_S)  # op: write | delete
 RERANKS = Counter(
     "reranks", "Rerank steps after fusion, by provider and outcome (all but applied kept the fused order).",
     ["provider", "outcome"], namespace=NAMESPACE)

@@ -149,6 +149,7 @@ def running_stack(overrides: dict[str, str]) -> Iterator[Stack]:
         "SHARDFUSE_BROKER__RESULT_BACKEND": f"redis://127.0.0.1:{redis_port}/1",
         "SHARDFUSE_POSTGRES__DSN": f"postgresql://postgres@127.0.0.1:{pg_port}/shardfuse",
         "SHARDFUSE_STACK__FLOWER_PORT": str(flower_port),
+        "SHARDFUSE_STACK__API_PORT": str(free_port()),  # the HTTP API (tests/integration/test_http_api.py)
         "SHARDFUSE_STACK__METRICS_PORT": str(free_port_run(len(Queue))),  # the pools' /metrics
         **overrides,
     }

@@ -49,7 +49,7 @@ def servers() -> Iterator[Settings]:
         data_dir=root / "data",
         broker={"url": f"redis://127.0.0.1:{redis_port}/0", "result_backend": f"redis://127.0.0.1:{redis_port}/1"},
         postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/sf_deadletters"},
-        stack={"flower_port": free_port()},
+        stack={"flower_port": free_port(), "api_port": free_port()},
     )
     up(load_settings(**overrides), only={"redis", "postgres"}, progress=lambda _: None, timeout=120)
     settings = load_settings(**overrides)  # with the passwords that first ``up`` generated

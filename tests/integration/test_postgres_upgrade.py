@@ -42,7 +42,7 @@ def settings() -> Iterator[Settings]:
         data_dir=root / "data",
         broker={"url": f"redis://127.0.0.1:{free_port()}/0"},
         postgres={"dsn": f"postgresql://postgres@127.0.0.1:{free_port()}/sf_upgrade"},
-        stack={"flower_port": free_port()},
+        stack={"flower_port": free_port(), "api_port": free_port()},
     )
     yield settings
     down(settings, timeout=10)

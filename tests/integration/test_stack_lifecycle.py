@@ -76,7 +76,7 @@ def servers_settings(data_dir: Path) -> Iterator[Settings]:
         data_dir=data_dir,
         broker={"url": f"redis://127.0.0.1:{redis_port}/0", "result_backend": f"redis://127.0.0.1:{redis_port}/1"},
         postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/sf_lifecycle"},
-        stack={"flower_port": free_port()},
+        stack={"flower_port": free_port(), "api_port": free_port()},
     )
     yield settings
     down(settings, timeout=10)
@@ -148,14 +148,26 @@ def test_stopping_a_process_group_reaches_every_member(tmp_path: Path) -> None:
     assert _running(members) == set()
 
 
-def test_state_after_a_failed_start_still_lets_down_clean_up(servers_settings: Settings) -> None:
-    # Occupy Postgres' port so that it cannot start; Redis, started first, must still be recorded.
+def test_a_port_set_and_taken_is_refused_before_anything_starts(servers_settings: Settings) -> None:
+    # Another program holds Postgres' port (which the settings set): up says so and starts nothing, not even Redis.
     dsn_port = int(servers_settings.postgres.dsn.rsplit(":", 1)[1].split("/")[0])
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", dsn_port))
         blocker.listen()
-        with pytest.raises(StackError, match="already in use"):
+        with pytest.raises(StackError, match=rf"PostgreSQL: 127.0.0.1 port {dsn_port} \(postgres.dsn\) is already in "
+                                             rf"use, held by pid {os.getpid()}"):
             up(servers_settings, only=SERVERS, progress=lambda _: None, timeout=30)
+    assert read_state(servers_settings) is None
+    assert down(servers_settings) == []
+
+
+def test_state_after_a_failed_start_still_lets_down_clean_up(servers_settings: Settings) -> None:
+    # A data directory of another PostgreSQL version: it cannot start; Redis, started first, must still be recorded.
+    pgdata = servers_settings.data_path / "postgres"
+    pgdata.mkdir(parents=True, exist_ok=True)
+    (pgdata / "PG_VERSION").write_text("9\n")
+    with pytest.raises(StackError, match="was made by PostgreSQL 9"):
+        up(servers_settings, only=SERVERS, progress=lambda _: None, timeout=30)
     state = read_state(servers_settings)
     assert isinstance(state, StackState) and set(state.alive()) == {"redis"}
     assert down(servers_settings) == ["redis"]
@@ -187,7 +199,7 @@ def test_workers_and_flower_run_with_exactly_the_settings_up_was_given(data_dir:
         broker={"url": f"redis://127.0.0.1:{redis_port}/0", "result_backend": f"redis://127.0.0.1:{redis_port}/1",
                 "visibility_timeout_s": 4321},
         postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/sf_handoff"},
-        stack={"flower_port": free_port()}, flower={"password": "handoff-flower-pw"},
+        stack={"flower_port": free_port(), "api_port": free_port()}, flower={"password": "handoff-flower-pw"},
         embedder={"provider": "hashing", "dimensions": 40}, bm25={"rebuild_debounce_s": 0.2},
         workers={"ingest_concurrency": 1, "embed_concurrency": 2, "query_concurrency": 1},
     )  # fmt: skip

@@ -141,7 +141,7 @@ def old_data_dir() -> Iterator[Settings]:
         data_dir=parent / "data",
         broker={"url": f"redis://127.0.0.1:{redis_port}/0", "result_backend": f"redis://127.0.0.1:{redis_port}/1"},
         postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/sf_upgrade"},
-        stack={"flower_port": free_port()},
+        stack={"flower_port": free_port(), "api_port": free_port()},
     )
     yield settings
     down(settings, timeout=10)

@@ -50,7 +50,7 @@ def settings() -> Iterator[Settings]:
         data_dir=root / "data", shards=2,
         broker={"url": f"redis://127.0.0.1:{redis_port}/0", "result_backend": f"redis://127.0.0.1:{redis_port}/1"},
         postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/sf_start_order"},
-        stack={"flower_port": free_port(), "metrics_port": free_port_run(len(Queue))},
+        stack={"flower_port": free_port(), "api_port": free_port(), "metrics_port": free_port_run(len(Queue))},
         embedder={"provider": "hashing"}, bm25={"rebuild_debounce_s": 0.2},
         delivery={"heartbeat_s": 1, "dead_after_s": 4, "busy_retry_s": 1},
         workers={"ingest_concurrency": 1, "embed_concurrency": 2, "query_concurrency": 1},

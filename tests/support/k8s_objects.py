@@ -103,9 +103,14 @@ def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return bool(selector) and all(labels.get(key) == value for key, value in selector.items())
 
 
+# Secret keys holding JSON (the HTTP API's key hashes, api.keys): a stand-in of that shape.
+STRUCTURED_SECRETS = {"api-keys": '[{"name": "placeholder", "sha256": "' + "0" * 64 + '", "read": ["docs"]}]'}
+
+
 def secret_placeholder(name: str, key: str) -> str:
-    """The stand-in value of Secret ``name`` key ``key`` (URL-safe, as the README asks real ones to be)."""
-    return f"{name}-{key}-value"
+    """The stand-in value of Secret ``name`` key ``key`` (URL-safe, as the README asks real ones to be; JSON for
+    the keys in :data:`STRUCTURED_SECRETS`)."""
+    return STRUCTURED_SECRETS.get(key, f"{name}-{key}-value")
 
 
 def resolved_env(container: Obj) -> dict[str, str]:

@@ -48,7 +48,7 @@ def run_explain(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{args.path}: not indexed: {decoded.reason}")
         return 0
     name = args.as_path or args.path.as_posix()
-    counter = TokenCounter(settings.chunking.encoding)
+    counter = TokenCounter(settings.chunking.encoding, bpe_dir=settings.chunking.bpe_dir)
     headings = settings.model_copy(update={"context": settings.context.model_copy(update={"source": "headings"})})
     prepared = prepare_chunks(decoded.text, path=name, doc_hash="explain", settings=headings, counter=counter)
     # The verdicts are shown even with the filter off, to see what it would do.

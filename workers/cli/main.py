@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -11,7 +12,9 @@ from pathlib import Path
 from shardfuse.pipeline.config.settings import Settings, load_settings
 from shardfuse.pipeline.core.errors import ShardfuseError
 from shardfuse.workers.cli import (
+    api,
     chunks,
+    completion,
     content,
     deadletters,
     eval_code,
@@ -23,11 +26,14 @@ from shardfuse.workers.cli import (
     reindex,
     serve,
     unreadable,
+    watch,
 )
 from shardfuse.workers.cli import metrics as exporter_cli
+from shardfuse.workers.cli.global_options import add_global_options, spread_global_options
 from shardfuse.workers.logs import configure_cli_logging
 
 Command = Callable[[argparse.Namespace, Settings], int]
+DISTRIBUTION = "shardfuse"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,9 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="shardfuse",
         description="Hybrid (BM25 + pgvector) search index kept in step with a content-addressed store.",
     )
-    parser.add_argument("--config", metavar="FILE", help="TOML settings file (environment variables still win)")
-    parser.add_argument("--data-dir", metavar="DIR", help="where the embedded stack keeps its data")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    add_global_options(parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     operations.register(sub)
     content.register(sub)
@@ -52,12 +57,27 @@ def build_parser() -> argparse.ArgumentParser:
     maintenance.register(sub)
     unreadable.register(sub)
     exporter_cli.register(sub)
+    api.register(sub)
+    watch.register(sub)
+    completion.register(sub, parser_factory=build_parser)
+    # Last: every command registered above takes the global options after its name too.
+    spread_global_options(parser)
     return parser
+
+
+def installed_version() -> str:
+    """The installed distribution's version (what ``pip show shardfuse`` says)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: running from a source tree)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "standalone", None) is not None:  # needs no settings (shardfuse completion)
+        return int(args.standalone(args))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     # --data-dir is an override like any other; processes the command starts get the settings it resolves.

@@ -11,7 +11,7 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers import monitor
 from shardfuse.workers.app import create_app
 from shardfuse.workers.names import Task
-from shardfuse.workers.stack import down, read_state, up
+from shardfuse.workers.stack import api_process, down, read_state, up
 from shardfuse.workers.status import collect_status, format_status
 
 
@@ -35,7 +35,9 @@ def register(sub: Any) -> None:
 
 def run_up(args: argparse.Namespace, settings: Settings) -> int:
     state = up(settings, progress=lambda line: print(line, flush=True), timeout=args.timeout)
-    print(f"stack is up: broker {state.broker_url}  Flower {state.flower_url}  data {state.data_dir}")
+    api = api_process.recorded_url(settings, state)
+    print(f"stack is up: broker {state.broker_url}  Flower {state.flower_url}  {f'API {api}  ' if api else ''}"
+          f"data {state.data_dir}")
     return 0
 
 

@@ -27,9 +27,11 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers.names import Queue
 from shardfuse.workers.stack import (
     access,
+    api_process,
     cas_server,
     celery_processes,
     passwords,
+    ports,
     postgres_server,
     processes,
     redis_server,
@@ -46,7 +48,7 @@ OBJECT_STORE = cas_server.NAME
 FLOWER = celery_processes.FLOWER
 WORKERS: dict[str, Queue] = {celery_processes.worker_component(queue): queue for queue in Queue}
 SERVERS = (REDIS, POSTGRES, OBJECT_STORE)
-CELERY = (*WORKERS, FLOWER)
+CELERY = (*WORKERS, FLOWER, api_process.NAME)  # the HTTP API too: it runs with the same settings file
 # Start order; ``down`` walks it backwards except that the servers stop last.
 COMPONENTS: tuple[str, ...] = (*SERVERS, *CELERY)
 FLOWER_STOP_TIMEOUT_S = 10.0
@@ -82,9 +84,8 @@ def up(
     "postgres"}`` for the servers alone). Raises StackError naming the component and its log file if one
     is not ready within ``timeout`` seconds, ConfigurationError if an address is not loopback.
 
-    The workers and Flower it starts run with ``settings`` exactly, however they were built, plus the data
-    dir's passwords and S3 keys (generated on its first ``up``, :mod:`.passwords`) where they name the stack
-    without one.
+    Workers and Flower run with ``settings`` exactly, plus the data dir's passwords and S3 keys (:mod:`.passwords`)
+    where they name the stack without one, and free ports where its ports are left at defaults (:mod:`.ports`).
     """
     target = cas_server.embedded_target(settings)
     wanted = _select(only) - ({OBJECT_STORE} if target is None else set())
@@ -93,6 +94,7 @@ def up(
     layout.create()
     access.protect_data_dir(layout, server_user=postgres_server.system_user())
     with exclusive(layout):
+        settings, addresses = ports.settle(settings, layout=layout, progress=progress, object_store=target)
         settings = passwords.stack_settings(settings, layout=layout, addresses=addresses, progress=progress,
                                             s3_port=target.port if target else None)  # fmt: skip
         plan = _Plan(settings=settings, wanted=wanted, addresses=addresses, deadline=time.monotonic() + timeout,
@@ -172,6 +174,7 @@ def _start_celery(launch: Launch, plan: _Plan) -> None:
             env=celery_processes.flower_env(settings, env),
             marks=celery_processes.flower_marks(flower_at),
         ))  # fmt: skip
+    api_process.ensure(launch, plan.addresses, wanted=plan.wanted, env=env)
 
 
 def _wait_for_celery(launch: Launch, plan: _Plan) -> None:
@@ -195,6 +198,7 @@ def _wait_for_celery(launch: Launch, plan: _Plan) -> None:
         url, password = plan.addresses.flower_url, flower.password.get_secret_value()
         launch.wait(FLOWER, lambda: celery_processes.flower_ready(url, user=flower.user, password=password),
                     deadline=plan.deadline)  # fmt: skip
+    api_process.wait(launch, plan.addresses, wanted=plan.wanted, deadline=plan.deadline)
 
 
 def down(settings: Settings, *, timeout: float = 30) -> list[str]:
@@ -217,7 +221,7 @@ def _down(layout: StackLayout, *, timeout: float) -> list[str]:
     stopped: list[str] = []
     for names, grace in (
         (list(WORKERS), timeout),
-        ([FLOWER], min(timeout, FLOWER_STOP_TIMEOUT_S)),
+        ([FLOWER, api_process.NAME], min(timeout, FLOWER_STOP_TIMEOUT_S)),
         ([REDIS], timeout),
         ([OBJECT_STORE], min(timeout, cas_server.STOP_GRACE_S)),  # weed lingers long after it has flushed
     ):

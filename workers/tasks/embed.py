@@ -8,6 +8,7 @@ from typing import Any
 
 from shardfuse.pipeline.embed.message import embed_message
 from shardfuse.workers.celery_app import app
+from shardfuse.workers.freshness import observe_freshness
 from shardfuse.workers.logs import item_fields, log_context
 from shardfuse.workers.names import Task
 from shardfuse.workers.tasks.base import PipelineTask, message_items, pipeline_task
@@ -37,6 +38,7 @@ def embed(self: PipelineTask, document: dict[str, Any] | None = None,
                              around=lambda raw: log_context(**item_fields(raw)))
         self.after_commits(done.committed, vector_index=True)
         self.count("indexed", done.indexed)
+        observe_freshness(self.request, op="write", count=done.indexed)
         self.count("stale", done.stale)
         return {"indexed": done.indexed, "stale": done.stale, "failed": len(done.failures)}, done.failures
 

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from shardfuse.pipeline.ingest.message import IngestPorts, ingest_message
+from shardfuse.pipeline.ingest.stage import IngestResult
 from shardfuse.workers.celery_app import app
+from shardfuse.workers.freshness import observe_freshness
 from shardfuse.workers.logs import log_context
 from shardfuse.workers.names import Task
 from shardfuse.workers.tasks.base import PipelineTask, message_items, pipeline_task
@@ -40,6 +42,7 @@ def ingest(self: PipelineTask, event: Any = None, events: list[Any] | None = Non
         self.after_commits(done.unchanged)
         for result, count in done.counts.items():
             self.count(result, count)
+        observe_freshness(self.request, op="delete", count=done.counts.get(IngestResult.DELETED, 0))
         return dict(done.counts), done.failures
 
     return self.guarded_each("event", message_items(event, events), work, carry={"refresh": bool(refresh)})

@@ -28,6 +28,7 @@ def test_component_names() -> None:
         "worker-maintenance",
         "worker-query",
         "flower",
+        "api",
     )
 
 

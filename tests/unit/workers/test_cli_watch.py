@@ -1,0 +1,35 @@
+"""``shardfuse watch``: registered, and bad input is refused with a clear message before anything starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from shardfuse.workers.cli.main import build_parser, main
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in list(os.environ):
+        if key.startswith("SHARDFUSE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def test_watch_takes_directories_and_a_zone() -> None:
+    args = build_parser().parse_args(["watch", "docs", "src", "--zone", "code"])
+    assert (args.directories, args.zone) == ([Path("docs"), Path("src")], "code")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["watch", "docs"])  # --zone is required
+
+
+def test_a_missing_directory_or_a_bad_zone_is_exit_2_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["watch", str(tmp_path / "nowhere"), "--zone", "z"]) == 2
+    assert f"shardfuse watch: {tmp_path / 'nowhere'} is not a directory" in capsys.readouterr().err
+    assert main(["watch", str(tmp_path), "--zone", "no spaces allowed"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shardfuse watch: ") and "zone" in err
