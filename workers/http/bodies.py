@@ -26,7 +26,8 @@ def _declared_length(request: Request) -> int | None:
 
 
 async def read_json(request: Request, *, limit: int) -> dict[str, Any]:
-    """The body as a JSON object: 413 past ``limit`` bytes, 400 if it is not JSON, 422 if not an object."""
+    """The body as a JSON object: 413 past ``limit`` bytes; 422 naming ``body`` if it is not JSON or not an object
+    (FastAPI's own status for a body it cannot parse)."""
     declared = _declared_length(request)
     if declared is not None and declared > limit:
         raise _too_large("the request body", limit, "api.max_request_bytes")
@@ -38,9 +39,10 @@ async def read_json(request: Request, *, limit: int) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except ValueError as exc:  # UnicodeDecodeError included
-        raise ApiError(400, "invalid_json", f"the request body is not JSON: {exc}") from exc
+        raise ApiError(422, "invalid_json", f"the request body is not JSON: {exc}", fields=["body"]) from exc
     if not isinstance(data, dict):
-        raise ApiError(422, "invalid_request", f"the request body must be a JSON object, not {type(data).__name__}")
+        raise ApiError(422, "invalid_request", f"the request body must be a JSON object, not {type(data).__name__}",
+                       fields=["body"])
     return data
 
 

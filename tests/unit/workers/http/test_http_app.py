@@ -112,7 +112,8 @@ def test_bad_json_is_422_with_the_cli_message_and_the_field(
         parse_request({"query": "x", "zone": "a", "k": 0}, settings=held.settings.query)
     assert answer.json()["error"] == {"code": "invalid_request", "message": str(cli_error.value), "fields": ["k"]}
     not_json = http.post("/v1/search", content=b"{nope", headers=bearer(tokens["a"]))
-    assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "invalid_json"
+    assert not_json.status_code == 422
+    assert not_json.json()["error"]["code"] == "invalid_json" and not_json.json()["error"]["fields"] == ["body"]
 
 
 def test_oversize_bodies_are_413_and_nothing_is_published(
