@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.core.loopback_http import open_url
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def scrape(url: str, *, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
     """The text a ``/metrics`` endpoint serves; :class:`StoreUnavailableError` if it cannot be read."""
     try:
         response: Any
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with open_url(url, timeout=timeout_s) as response:
             return str(response.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
         raise StoreUnavailableError(f"cannot read the metrics at {url}: {exc}") from exc

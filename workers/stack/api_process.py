@@ -11,6 +11,7 @@ from collections.abc import Collection, Mapping
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.core.loopback_http import open_url
 from shardfuse.workers.stack.addresses import Endpoint, StackAddresses
 from shardfuse.workers.stack.launch import Launch, spawn
 from shardfuse.workers.stack.state import StackState
@@ -56,7 +57,7 @@ def wait(launch: Launch, addresses: StackAddresses, *, wanted: Collection[str], 
 def healthy(base_url: str) -> bool:
     """True if ``base_url`` serves our ``/healthz``."""
     try:
-        with urllib.request.urlopen(f"{base_url}/healthz", timeout=HTTP_TIMEOUT_S) as response:
+        with open_url(f"{base_url}/healthz", timeout=HTTP_TIMEOUT_S) as response:
             return int(response.status) == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False

@@ -21,6 +21,7 @@ from redis import RedisError
 
 from shardfuse.pipeline.config.handoff import RESOLVED_SETTINGS_ENV
 from shardfuse.pipeline.config.settings import Settings, WorkerSettings
+from shardfuse.pipeline.core.loopback_http import open_url
 from shardfuse.pipeline.observability.multiprocess import MULTIPROC_DIR_ENV
 from shardfuse.workers.broker.serialization import control_app
 from shardfuse.workers.names import QUEUE_POOLS, QUEUE_PREFETCH, Queue
@@ -185,7 +186,7 @@ def flower_ready(url: str, *, user: str, password: str) -> bool:
 
 def _http_status(request: urllib.request.Request) -> int | None:
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+        with open_url(request, timeout=HTTP_TIMEOUT_S) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return exc.code

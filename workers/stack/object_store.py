@@ -39,6 +39,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardfuse.pipeline.core.loopback_http import open_url
 from shardfuse.workers.stack import processes
 from shardfuse.workers.stack.errors import StackError
 
@@ -213,7 +214,7 @@ def _wait_ready(server: ObjectStoreServer, *, url_host: str, timeout_s: float) -
 def _answers(url: str) -> bool:
     """True if an HTTP server answers ``url`` at all (the S3 API refuses an anonymous request: that counts)."""
     try:
-        with urllib.request.urlopen(url, timeout=1.0):
+        with open_url(url, timeout=1.0):
             return True
     except urllib.error.HTTPError:
         return True
@@ -224,7 +225,7 @@ def _answers(url: str) -> bool:
 def _has_volume_space(master_status_url: str) -> bool:
     """True once a volume server has registered with the master (its volume slots count in ``Max``)."""
     try:
-        with urllib.request.urlopen(master_status_url, timeout=1.0) as response:
+        with open_url(master_status_url, timeout=1.0) as response:
             status = json.load(response)
     except (OSError, ValueError):
         return False
