@@ -177,7 +177,8 @@ def exporter(stack: Stack) -> Iterator[str]:
                     break
             except (urllib.error.URLError, OSError):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the exporter did not serve {url}: {proc.communicate()}") from None
+                    proc.kill()  # still running: its output ends only when it does
+                    raise AssertionError(f"the exporter did not serve {url}: {proc.communicate(timeout=10)}") from None
                 time.sleep(0.2)
         yield url
     finally:
