@@ -94,7 +94,7 @@ def up(
     layout.create()
     access.protect_data_dir(layout, server_user=postgres_server.system_user())
     with exclusive(layout):
-        settings, addresses = ports.settle(settings, layout=layout, progress=progress, object_store=target)
+        settings, addresses = ports.settle(settings, layout=layout, progress=progress, object_store=target, only=wanted)
         settings = passwords.stack_settings(settings, layout=layout, addresses=addresses, progress=progress,
                                             s3_port=target.port if target else None)  # fmt: skip
         plan = _Plan(settings=settings, wanted=wanted, addresses=addresses, deadline=time.monotonic() + timeout,

@@ -31,7 +31,14 @@ from shardfuse.pipeline.config.stack_ports import (
     save_stack_ports,
 )
 from shardfuse.workers.names import Queue
-from shardfuse.workers.stack import object_store, postgres_server, redis_server
+from shardfuse.workers.stack import (
+    api_process,
+    cas_server,
+    celery_processes,
+    object_store,
+    postgres_server,
+    redis_server,
+)
 from shardfuse.workers.stack.addresses import StackAddresses
 from shardfuse.workers.stack.cas_server import ObjectStoreTarget
 from shardfuse.workers.stack.errors import StackError
@@ -41,6 +48,8 @@ from shardfuse.workers.stack.state import StackState, load_state
 
 # How far above its default a moved port is looked for.
 SEARCH_SPAN = 2000
+# The pools' metrics ports are claimed when any worker pool (``worker-<queue>``) starts.
+ANY_WORKER = "worker-*"
 
 
 @dataclass(frozen=True)
@@ -53,50 +62,66 @@ class Claim:
     first: int
     count: int = 1
     slot: PortSlot | None = None  # set when shardfuse may move it (the user left it at its default)
+    component: str = ""  # the stack component (launcher.COMPONENTS) that listens there
 
     @property
     def ports(self) -> range:
         return range(self.first, self.first + self.count)
 
 
-def claims(settings: Settings, *, object_store_port: int | None) -> list[Claim]:
+def claims(settings: Settings, *, object_store_port: int | None,
+           components: Collection[str] | None = None) -> list[Claim]:
     """Every port the stack of ``settings`` listens on (``object_store_port``: the object store's S3 port, if
-    it runs)."""
+    it runs), or only those of ``components`` (``up``'s ``only``: a node that starts its PostgreSQL alone
+    neither checks nor moves the Redis port another node serves)."""
     addresses = StackAddresses.from_settings(settings)
     movable = chosen_ports(settings, recorded=load_stack_ports(settings.data_path))
     host = addresses.redis.host
     found = [
-        Claim("Redis", SETTING_NAMES[PortSlot.REDIS], host, addresses.redis.port, slot=PortSlot.REDIS),
+        Claim("Redis", SETTING_NAMES[PortSlot.REDIS], host, addresses.redis.port, slot=PortSlot.REDIS,
+              component=redis_server.NAME),
         Claim("PostgreSQL", SETTING_NAMES[PortSlot.POSTGRES], addresses.postgres.endpoint.host,
-              addresses.postgres.endpoint.port, slot=PortSlot.POSTGRES),
-        Claim("Flower", SETTING_NAMES[PortSlot.FLOWER], host, addresses.flower.port, slot=PortSlot.FLOWER),
+              addresses.postgres.endpoint.port, slot=PortSlot.POSTGRES, component=postgres_server.NAME),
+        Claim("Flower", SETTING_NAMES[PortSlot.FLOWER], host, addresses.flower.port, slot=PortSlot.FLOWER,
+              component=celery_processes.FLOWER),
     ]
     if addresses.api is not None:
-        found.append(Claim("the HTTP API", SETTING_NAMES[PortSlot.API], host, addresses.api.port, slot=PortSlot.API))
+        found.append(Claim("the HTTP API", SETTING_NAMES[PortSlot.API], host, addresses.api.port, slot=PortSlot.API,
+                           component=api_process.NAME))
     if settings.stack.metrics_port:
         found.append(Claim("the worker pools' metrics", SETTING_NAMES[PortSlot.METRICS], host,
-                           settings.stack.metrics_port, count=len(Queue), slot=PortSlot.METRICS))
+                           settings.stack.metrics_port, count=len(Queue), slot=PortSlot.METRICS,
+                           component=ANY_WORKER))
     if object_store_port is not None:
         found.append(Claim("the object store", "cas.s3.endpoint_url", host, object_store_port,
-                           count=object_store.PORTS_USED))
-    return [claim if claim.slot in movable else replace(claim, slot=None) for claim in found]
+                           count=object_store.PORTS_USED, component=cas_server.NAME))
+    return [claim if claim.slot in movable else replace(claim, slot=None) for claim in found
+            if components is None or _started_by(claim, components)]
 
 
-def settle(settings: Settings, *, layout: StackLayout, progress: Progress,
-           object_store: ObjectStoreTarget | None) -> tuple[Settings, StackAddresses]:
-    """``up``'s settings and addresses: every port the user left at its default moved off ports others hold
-    (``object_store``: where the object store is to run, if it is)."""
+def _started_by(claim: Claim, components: Collection[str]) -> bool:
+    """True if one of ``components`` listens on ``claim``'s ports."""
+    if claim.component == ANY_WORKER:
+        workers = {celery_processes.worker_component(queue) for queue in Queue}
+        return not workers.isdisjoint(components)
+    return claim.component in components
+
+
+def settle(settings: Settings, *, layout: StackLayout, progress: Progress, object_store: ObjectStoreTarget | None,
+           only: Collection[str] | None = None) -> tuple[Settings, StackAddresses]:
+    """``up``'s settings and addresses: every port of the components it starts (``only``; None: all) that the user
+    left at its default moved off ports others hold (``object_store``: where the object store is to run, if it is)."""
     settings = settle_ports(settings, layout=layout, state=load_state(layout.state_file), progress=progress,
-                            object_store_port=object_store.port if object_store else None)
+                            object_store_port=object_store.port if object_store else None, components=only)
     return settings, StackAddresses.from_settings(settings)
 
 
 def settle_ports(settings: Settings, *, layout: StackLayout, state: StackState | None, progress: Progress,
-                 object_store_port: int | None = None) -> Settings:
+                 object_store_port: int | None = None, components: Collection[str] | None = None) -> Settings:
     """``settings`` with every port the user left at its default moved off ports others hold, the choice
     recorded in the data dir. StackError naming the port, its setting and its holder if a port the user set
     is taken. Call it holding the data dir's lock, before anything starts."""
-    wanted = claims(settings, object_store_port=object_store_port)
+    wanted = claims(settings, object_store_port=object_store_port, components=components)
     probe = _Probe(ours=_own_pids(settings, layout=layout, state=state))
     moving: list[Claim] = []
     for claim in sorted(wanted, key=lambda c: c.slot is not None):  # the user's ports first

@@ -120,3 +120,22 @@ def test_the_stacks_own_running_processes_keep_their_ports(tmp_path: Path, held:
     assert _settle(auto, state=state).stack.flower_port == port
     # ...while one another program holds moves.
     assert _settle(auto).stack.flower_port != port
+
+
+def test_only_the_ports_of_the_components_started_are_checked(tmp_path: Path, held: list[socket.socket]) -> None:
+    # A second node starts its PostgreSQL alone against the Redis a first node serves (tests/support/multi_node.py):
+    # that Redis port, set by the user and held, is not this call's to check, nor to move.
+    redis_port, pg_port = free_port(), free_port()
+    _hold(held, redis_port)
+    settings = load_settings(data_dir=tmp_path, broker={"url": f"redis://127.0.0.1:{redis_port}/0"},
+                             postgres={"dsn": f"postgresql://postgres@127.0.0.1:{pg_port}/shardfuse"})
+    node = settle_ports(settings, layout=StackLayout(settings.data_path), state=None, progress=[].append,
+                        components={"postgres"})
+    assert _ports(node)["redis"] == redis_port and _ports(node)["postgres"] == pg_port
+    with pytest.raises(StackError, match=rf"port {redis_port} \(broker.url\) is already in use"):
+        settle_ports(settings, layout=StackLayout(settings.data_path), state=None, progress=[].append,
+                     components={"redis", "postgres"})
+    _hold(held, pg_port)  # ...while the component it does start is still checked
+    with pytest.raises(StackError, match=rf"port {pg_port} \(postgres.dsn\) is already in use"):
+        settle_ports(settings, layout=StackLayout(settings.data_path), state=None, progress=[].append,
+                     components={"postgres"})
