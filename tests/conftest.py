@@ -6,6 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_TIKTOKEN = REPO.parent / "shared" / "data" / "tiktoken"
 # tiktoken looks for ``$TIKTOKEN_CACHE_DIR/<sha1 of the download URL>`` before it tries the network.
@@ -26,3 +28,14 @@ _offline_tiktoken()
 # Models ship inside pip packages here; never reach for a hub during tests.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture
+def isolated_settings_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Settings as a fresh machine resolves them: no ``SHARDFUSE_*`` variable of the shell running the tests, and
+    the default data dir (``~/.shardfuse``) in a home of its own, since a real one may hold a stack's passwords and
+    ports, which ``load_settings`` would fill in (pipeline/config/stack_secrets.py, stack_ports.py)."""
+    for key in list(os.environ):
+        if key.startswith("SHARDFUSE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -7,8 +7,8 @@ each; one statement for several shards costs them once. The server runs the part
 the other in one process, so the query side splits a database's shards over a few statements, as many as the
 server has cores to run them at once (``query.statements_per_database``).
 
-Each part is exactly the statement a single shard's read runs (:mod:`.nearest`, :func:`.reads.fetch_chunks`),
-so the rows are the same. A vector search whose part came back short of ``limit`` is run again on its own
+Each part is exactly the statement a single shard's read runs (:func:`.nearest.nearest_statement`,
+:func:`.reads.fetch_chunks`), so the rows are the same. A vector search whose part came back short of ``limit`` is run again on its own
 shard through :func:`.nearest.nearest_rows`, which widens the scan or searches exactly as it does for any
 short search.
 """
@@ -25,7 +25,14 @@ from psycopg import sql
 
 from shardfuse.pipeline.index.store.connections import server_features, use_session_setting
 from shardfuse.pipeline.index.store.filters import ChunkFilter
-from shardfuse.pipeline.index.store.nearest import ITERATIVE_SCAN, Row, is_short, nearest_rows
+from shardfuse.pipeline.index.store.nearest import (
+    ITERATIVE_SCAN,
+    Row,
+    is_short,
+    nearest_params,
+    nearest_rows,
+    nearest_statement,
+)
 from shardfuse.pipeline.index.store.reads import RECORD_COLUMNS, ChunkRecord, VectorHit, vector_conditions, vector_hits
 
 
@@ -49,9 +56,8 @@ def vector_search_shards(
     parts: list[sql.Composable] = []
     params: list[Any] = []
     for part, schema in enumerate(schemas):
-        parts.append(_nearest_part(part, schema, conditions, column=column, iterative=iterative))
-        params += ([embedding, zone, *condition_params, limit] if iterative
-                   else [embedding, zone, *condition_params, embedding, limit])
+        parts.append(nearest_statement(schema, conditions, column=column, iterative=iterative, part=part))
+        params += nearest_params(embedding, zone, condition_params, limit, iterative=iterative)
     rows: list[list[Row]] = [[] for _ in schemas]
     for part, chunk_id, similarity in conn.execute(sql.SQL(" UNION ALL ").join(parts), params).fetchall():
         rows[part].append((chunk_id, similarity))
@@ -63,21 +69,6 @@ def vector_search_shards(
                                       condition_params=condition_params, limit=limit, ef_search=ef_search,
                                       column=column)
     return [vector_hits(found) for found in rows]
-
-
-def _nearest_part(part: int, schema: sql.Identifier, conditions: sql.Composable, *, column: str,
-                  iterative: bool) -> sql.Composed:
-    """One shard's statement of :func:`.nearest.nearest_rows`, its rows tagged ``part``."""
-    if iterative:
-        return sql.SQL(
-            "(WITH nearest AS MATERIALIZED (SELECT chunk_id, {col} <=> %s AS distance FROM {s}.chunks "
-            "WHERE zone = %s{c} ORDER BY distance LIMIT %s) "
-            "SELECT {part}, chunk_id, 1 - distance FROM nearest ORDER BY distance + 0)"
-        ).format(part=sql.Literal(part), s=schema, c=conditions, col=sql.Identifier(column))
-    return sql.SQL(
-        "(SELECT {part}, chunk_id, 1 - ({col} <=> %s) FROM {s}.chunks WHERE zone = %s{c} "
-        "ORDER BY {col} <=> %s LIMIT %s)"
-    ).format(part=sql.Literal(part), s=schema, c=conditions, col=sql.Identifier(column))
 
 
 def fetch_chunks_shards(

@@ -57,15 +57,12 @@ def nearest_rows(
     """``(chunk_id, cosine similarity)`` of the ``limit`` chunks of ``zone`` nearest to ``embedding`` in
     ``column`` among those passing ``conditions`` (``AND ...`` SQL with ``condition_params``), best first."""
     use_session_setting(conn, "hnsw.ef_search", str(max(ef_search, limit)))
-    params = [embedding, zone, *condition_params, limit]
-    if server_features(conn).iterative_scan:
+    iterative = server_features(conn).iterative_scan
+    params = nearest_params(embedding, zone, condition_params, limit, iterative=iterative)
+    if iterative:
         # A session setting, like ef_search: no transaction (and no round trips) around each search.
         use_session_setting(conn, "hnsw.iterative_scan", ITERATIVE_SCAN)
-        query = sql.SQL(
-            "WITH nearest AS MATERIALIZED (SELECT chunk_id, {col} <=> %s AS distance FROM {s}.chunks "
-            "WHERE zone = %s{c} ORDER BY distance LIMIT %s) "
-            "SELECT chunk_id, 1 - distance FROM nearest ORDER BY distance + 0"
-        ).format(s=schema, c=conditions, col=sql.Identifier(column))
+        query = nearest_statement(schema, conditions, column=column, iterative=True)
         rows = conn.execute(query, params).fetchall()
         if not is_short(conn, rows, schema=schema, zone=zone, conditions=conditions,
                       condition_params=condition_params, limit=limit):  # fmt: skip
@@ -77,15 +74,39 @@ def nearest_rows(
             rows = conn.execute(query, params).fetchall()
         log.info("%s: the iterative scan of zone %s came back short; widened to the whole graph", schema, zone)
     else:
-        query = sql.SQL(
-            "SELECT chunk_id, 1 - ({col} <=> %s) FROM {s}.chunks WHERE zone = %s{c} ORDER BY {col} <=> %s LIMIT %s"
-        ).format(s=schema, c=conditions, col=sql.Identifier(column))
-        params = [embedding, zone, *condition_params, embedding, limit]
+        query = nearest_statement(schema, conditions, column=column, iterative=False)
         rows = conn.execute(query, params).fetchall()
     if not is_short(conn, rows, schema=schema, zone=zone, conditions=conditions, condition_params=condition_params,
                   limit=limit):  # fmt: skip
         return rows
-    return _exact(conn, query, params, iterative=server_features(conn).iterative_scan, schema=schema, zone=zone)
+    return _exact(conn, query, params, iterative=iterative, schema=schema, zone=zone)
+
+
+def nearest_statement(schema: sql.Identifier, conditions: sql.Composable, *, column: str, iterative: bool,
+                      part: int | None = None) -> sql.Composed:
+    """The nearest-chunks statement of one shard (its parameters: :func:`nearest_params`); with ``part``, each row
+    starts with that tag and the statement is parenthesised, to be one part of a ``UNION ALL``
+    (:mod:`.multi_shard`)."""
+    tag = sql.SQL("{}, ").format(sql.Literal(part)) if part is not None else sql.SQL("")
+    if iterative:
+        query = sql.SQL(
+            "WITH nearest AS MATERIALIZED (SELECT chunk_id, {col} <=> %s AS distance FROM {s}.chunks "
+            "WHERE zone = %s{c} ORDER BY distance LIMIT %s) "
+            "SELECT {tag}chunk_id, 1 - distance FROM nearest ORDER BY distance + 0"
+        ).format(s=schema, c=conditions, col=sql.Identifier(column), tag=tag)
+    else:
+        query = sql.SQL(
+            "SELECT {tag}chunk_id, 1 - ({col} <=> %s) FROM {s}.chunks WHERE zone = %s{c} ORDER BY {col} <=> %s LIMIT %s"
+        ).format(s=schema, c=conditions, col=sql.Identifier(column), tag=tag)
+    return sql.SQL("({})").format(query) if part is not None else query
+
+
+def nearest_params(embedding: npt.NDArray[np.float32], zone: str, condition_params: list[Any], limit: int, *,
+                   iterative: bool) -> list[Any]:
+    """The parameters of :func:`nearest_statement`, in its placeholders' order."""
+    if iterative:
+        return [embedding, zone, *condition_params, limit]
+    return [embedding, zone, *condition_params, embedding, limit]
 
 
 def is_short(conn: psycopg.Connection[Any], rows: list[Row], *, schema: sql.Identifier, zone: str,

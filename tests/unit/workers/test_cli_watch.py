@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from shardfuse.workers.cli.main import build_parser, main
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith("SHARDFUSE_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+# No SHARDFUSE_* variable of the shell running the tests, and a HOME of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_settings_env")
 
 
 def test_watch_takes_directories_and_a_zone() -> None:

@@ -20,12 +20,8 @@ from shardfuse.workers.stack.ports import can_bind, settle_ports
 from shardfuse.workers.stack.state import ComponentState, StackState
 from tests.integration.ports import free_port
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("SHARDFUSE_"):
-            monkeypatch.delenv(key)
+# No SHARDFUSE_* variable of the shell running the tests, and a HOME of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_settings_env")
 
 
 @pytest.fixture

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from pydantic import ValidationError
 
 from shardfuse.pipeline.config.settings import EmbedderProvider, EmbedderSettings, load_settings
 from shardfuse.pipeline.core.errors import ConfigurationError
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith("SHARDFUSE_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no real stack's passwords (pipeline/config/stack_secrets.py)
+# No SHARDFUSE_* variable of the shell running the tests, and a HOME of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_settings_env")
 
 
 def test_fp32_is_the_default_and_int8_is_accepted_for_the_local_onnx_model() -> None:

@@ -18,12 +18,8 @@ from shardfuse.pipeline.config.redaction import secret_values
 from shardfuse.pipeline.config.settings import Settings, load_settings
 from shardfuse.pipeline.core.errors import ConfigurationError
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("SHARDFUSE_"):
-            monkeypatch.delenv(key)
+# No SHARDFUSE_* variable of the shell running the tests, and a HOME of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_settings_env")
 
 
 def resolved(tmp_path: Path) -> Settings:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,13 +9,8 @@ import pytest
 from shardfuse.pipeline.config.settings import Settings, load_settings
 from shardfuse.pipeline.core.errors import ConfigurationError
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith("SHARDFUSE_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+# No SHARDFUSE_* variable of the shell running the tests, and a HOME of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_settings_env")
 
 
 def test_reranking_is_off_by_default() -> None:

@@ -14,14 +14,8 @@ from tests.support.paths import REPO
 DEFAULT_TOML = REPO / "config" / "default.toml"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith("SHARDFUSE_"):
-            monkeypatch.delenv(key)
-    # The default data dir (~/.shardfuse) in a home of its own: a real one may hold a stack's passwords, which
-    # load_settings would fill in (pipeline/config/stack_secrets.py).
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+# No SHARDFUSE_* variable of the shell running the tests, and a HOME of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_settings_env")
 
 
 def test_default_toml_spells_out_the_builtin_defaults() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,8 @@ DEFAULTS = {PortSlot.REDIS: 16379, PortSlot.POSTGRES: 15432, PortSlot.FLOWER: 15
             PortSlot.METRICS: 15556}
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("SHARDFUSE_"):
-            monkeypatch.delenv(key)
+# No SHARDFUSE_* variable of the shell running the tests, and a HOME of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_settings_env")
 
 
 def test_every_port_left_at_its_default_is_the_stacks_to_choose() -> None:

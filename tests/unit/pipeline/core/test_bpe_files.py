@@ -4,11 +4,7 @@ as tiktoken builds it, and nothing opens a socket."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,26 +14,20 @@ from shardfuse.pipeline.config.settings import Settings, settings_from_json
 from shardfuse.pipeline.core.bpe_files import PROJECT_BPE_DIR, SPECS, find_bpe_file, offline_encoding
 from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.core.token_counting import TokenCounter
+from tests.support.offline_child import run_offline
 from tests.support.paths import REPO
 
 TEXTS = ["hello world", "def prepare_chunks(text: str) -> list[str]:\n    return []\n", "naïve café 東京 🚀",
          "<|endoftext|> is ordinary text here", " \n\n\t  trailing   "]
 
-# Run in a child with no TIKTOKEN_CACHE_DIR, an empty temp dir (tiktoken's fallback cache) and proxies at a
-# port nothing listens on; an audit hook records every socket connection or name lookup the process attempts.
-CHILD = textwrap.dedent("""
-    import json, sys
-    attempts = []
-    def hook(event, args):
-        if event in ("socket.connect", "socket.getaddrinfo"):
-            attempts.append(f"{event} {args[1:]!r}")
-    sys.addaudithook(hook)
+# Run in a child with no TIKTOKEN_CACHE_DIR and an empty temp dir (tiktoken's fallback cache), offline
+# (tests/support/offline_child.py).
+CHILD = """
     from shardfuse.pipeline.core.token_counting import TokenCounter
     counter = TokenCounter()
     texts = json.loads(sys.argv[1])
-    print(json.dumps({"counts": [counter.count(t) for t in texts], "tokens": counter.encode(texts[1]),
-                      "attempts": attempts}))
-""")
+    report({"counts": [counter.count(t) for t in texts], "tokens": counter.encode(texts[1])})
+"""
 
 
 def _shared_bpe_file() -> Path:
@@ -61,14 +51,8 @@ def test_the_encoding_built_from_the_file_is_tiktokens_own() -> None:
 
 def test_counts_offline_without_tiktoken_cache_dir_match_counts_with_it(tmp_path: Path) -> None:
     _shared_bpe_file()
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR") and not key.upper().endswith("_PROXY")}
-    dead = "http://127.0.0.1:9"  # discard port: nothing answers
-    env.update(HTTPS_PROXY=dead, HTTP_PROXY=dead, https_proxy=dead, http_proxy=dead, TMPDIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(TEXTS)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    child = json.loads(done.stdout)
+    child = run_offline(CHILD, [json.dumps(TEXTS)], cwd=tmp_path, unset=("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"),
+                        env={"TMPDIR": str(tmp_path)})
     with_cache_dir = TokenCounter()  # this process has TIKTOKEN_CACHE_DIR (tests/conftest.py)
     reference = tiktoken.get_encoding("cl100k_base")
     assert child["counts"] == [with_cache_dir.count(t) for t in TEXTS] == [len(reference.encode_ordinary(t))

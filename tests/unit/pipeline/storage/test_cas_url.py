@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,8 @@ from shardfuse.pipeline.storage.s3_store import S3ContentStore
 DIGEST = "ab" + "c" * 62
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith("SHARDFUSE_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+# No SHARDFUSE_* variable of the shell running the tests, and a HOME of its own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_settings_env")
 
 
 @pytest.mark.parametrize(
