@@ -4,7 +4,6 @@ worker per pool. ``SHARDFUSE_SCREENSHOT=docs/images/flower.png`` keeps the scree
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import time
@@ -16,14 +15,10 @@ from playwright import sync_api
 
 from shardfuse.workers.names import Queue
 from tests.integration.conftest import Stack
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, keep_screenshot
 
 pytestmark = pytest.mark.integration
 
-CHROMIUM = "/usr/bin/chromium"
-# This machine's network is closed: without these, Chromium keeps trying to reach Google's hosts.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_flower_lists_an_online_worker_for_every_pool_after_logging_in(stack: Stack, tmp_path: Path) -> None:
@@ -71,9 +66,4 @@ def test_flower_lists_an_online_worker_for_every_pool_after_logging_in(stack: St
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
-    data = shot.read_bytes()
-    assert data.startswith(PNG_MAGIC) and len(data) > 10_000
-    keep = os.environ.get("SHARDFUSE_SCREENSHOT")
-    if keep:
-        Path(keep).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, keep)
+    keep_screenshot(shot, min_bytes=10_000)

@@ -12,7 +12,6 @@ Prometheus's own UI graphing queue depth and freshness while a few hundred docum
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from shardfuse.workers.publishing import CeleryEventSink
 from shardfuse.workers.stack import celery_processes
 from tests.integration.conftest import Stack
 from tests.integration.ports import free_port
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, keep_screenshot
 from tests.support.monitoring import PROMETHEUS, PROMETHEUS_DIR, alert_expressions, dashboard, panel_queries
 from tests.support.paths import REPO
 
@@ -54,10 +54,6 @@ SCRAPE_INTERVAL = "1s"
 # and retries (none happen), and items dead-lettered in the last seconds.
 MAY_BE_EMPTY = {("Embedding provider errors and 429s", "A"), ("Embedding provider errors and 429s", "B"),
                 ("Dead letters", "B")}
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The screenshot's load: waves of documents a few seconds apart, one message each.
 LOAD_WAVES, LOAD_WAVE_DOCUMENTS = 8, 50
 
@@ -286,9 +282,4 @@ def test_screenshot_of_prometheus_graphing_queue_depth_and_freshness_during_a_lo
             page.screenshot(path=str(shot))
         finally:
             browser.close()
-    data = shot.read_bytes()
-    assert data.startswith(PNG_MAGIC) and len(data) > 20_000
-    keep = os.environ.get("SHARDFUSE_SCREENSHOT")
-    if keep:
-        Path(keep).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, keep)
+    keep_screenshot(shot, min_bytes=20_000)
