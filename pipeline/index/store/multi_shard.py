@@ -8,9 +8,9 @@ the other in one process, so the query side splits a database's shards over a fe
 server has cores to run them at once (``query.statements_per_database``).
 
 Each part is exactly the statement a single shard's read runs (:func:`.nearest.nearest_statement`,
-:func:`.reads.fetch_chunks`), so the rows are the same. A vector search whose part came back short of ``limit`` is run again on its own
-shard through :func:`.nearest.nearest_rows`, which widens the scan or searches exactly as it does for any
-short search.
+:func:`.reads.fetch_chunks`), so the rows are the same. A vector search whose part came back short of
+``limit`` is run again on its own shard through :func:`.nearest.nearest_rows`, which widens the scan or
+searches exactly as it does for any short search.
 """
 
 from __future__ import annotations
