@@ -39,6 +39,9 @@ class ShardSearcher(Protocol):
     def grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
                     after: tuple[str, int] | None = None, limit: int) -> list[CandidateBlock]: ...
 
+    def count_grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
+                          cap: int) -> int: ...
+
     def generation(self) -> int | None: ...
 
     def current_index(self) -> str | None: ...
@@ -77,6 +80,10 @@ class StoreShardSearcher:
                     after: tuple[str, int] | None = None, limit: int) -> list[CandidateBlock]:
         """Candidate blocks of the grep index (query/grep/)."""
         return self._store.grep_blocks(zone=zone, any_of=any_of, where=where, after=after, limit=limit)
+
+    def count_grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
+                          cap: int) -> int:
+        return self._store.count_grep_blocks(zone=zone, any_of=any_of, where=where, cap=cap)
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
         return self._store.fetch_chunks(chunk_ids, zone=zone)

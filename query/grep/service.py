@@ -16,7 +16,7 @@ from shardfuse.pipeline.core.errors import InvalidQueryError
 from shardfuse.pipeline.index.store import ChunkFilter
 from shardfuse.query.fan_out import Leg
 from shardfuse.query.grep.pattern import GrepPattern
-from shardfuse.query.grep.search import GrepHit, GrepShard, Submit, elapsed_ms, grep_all
+from shardfuse.query.grep.search import GrepHit, GrepShard, Submit, elapsed_ms, grep_all, grep_each
 from shardfuse.query.request import Mode, SearchRequest
 from shardfuse.query.router import identifiers
 from shardfuse.query.shard_legs import LegHit
@@ -61,11 +61,12 @@ class GrepService:
         """The grep leg of a hybrid request whose query holds identifier-like tokens (``query.grep.hybrid_leg``),
         named :data:`GREP`; none otherwise."""
         tokens = self.leg_tokens(request)
-        leg = self.leg(tokens, zones=request.zones, where=request.where, limit=limit) if tokens else None
-        if leg is None:
+        if not tokens:
             return {}
-        timings[GREP] = leg.ms
-        return {GREP: leg}
+        started = time.perf_counter()
+        leg = self.leg(tokens, zones=request.zones, where=request.where, limit=limit)
+        timings[GREP] = elapsed_ms(started)  # also when every token was left out: the time was spent
+        return {GREP: leg} if leg is not None else {}
 
     def leg_tokens(self, request: SearchRequest) -> list[str]:
         """The tokens a hybrid request's grep leg looks for (none: the request has no grep leg)."""
@@ -80,8 +81,13 @@ class GrepService:
         tokens_of: dict[str, set[str]] = defaultdict(set)
         lines_of: dict[str, int] = defaultdict(int)
         where_found: dict[str, GrepHit] = {}
-        for token in list(dict.fromkeys(tokens))[: self._settings.leg_tokens]:
-            for hit in self._exact(token, zones=zones, where=where):
+        literals = {token: pattern for token in list(dict.fromkeys(tokens))[: self._settings.leg_tokens]
+                    if (pattern := _literal(token)) is not None}
+        # All tokens' shard searches at once; a token past leg_max_lines or leg_max_blocks is left out.
+        found = grep_each(self._shards, self._submit, list(literals.values()), zones=zones, where=where,
+                          max_lines=self._settings.leg_max_lines, settings=self._leg_settings, count_first=True)
+        for token, token_found in zip(literals, found, strict=True):
+            for hit in [] if token_found.truncated else token_found.hits:
                 if hit.chunk_id is not None:
                     tokens_of[hit.chunk_id].add(token)
                     lines_of[hit.chunk_id] += 1
@@ -92,16 +98,15 @@ class GrepService:
         hits = [(where_found[c].shard, LegHit(c, len(tokens_of[c]) + min(lines_of[c], 100) / 1000)) for c in ranked]
         return Leg(hits=hits, ms=elapsed_ms(started), zones={c: where_found[c].zone for c in ranked})
 
-    def _exact(self, token: str, *, zones: Sequence[str], where: ChunkFilter) -> list[GrepHit]:
-        try:
-            pattern = GrepPattern(token, regex=False, case_sensitive=True)
-        except InvalidQueryError:
-            return []
-        if not pattern.indexed:
-            return []
-        found = grep_all(self._shards, self._submit, pattern, zones=zones, where=where,
-                         max_lines=self._settings.leg_max_lines, settings=self._leg_settings)
-        return [] if found.truncated else found.hits
+
+
+def _literal(token: str) -> GrepPattern | None:
+    """``token`` as a case-sensitive literal the index can narrow; None when it cannot be one."""
+    try:
+        pattern = GrepPattern(token, regex=False, case_sensitive=True)
+    except InvalidQueryError:
+        return None
+    return pattern if pattern.indexed else None
 
 
 def _line(rank: int, hit: GrepHit, *, text: bool) -> dict[str, Any]:

@@ -9,8 +9,14 @@ import re
 from pathlib import Path
 
 import celery
+import psycopg
 import pytest
+from psycopg import sql
 
+from shardfuse.pipeline.index.store.grep_store import candidate_blocks, count_candidate_blocks
+from shardfuse.pipeline.index.store.schema import shard_schema
+from shardfuse.query.grep.pattern import GrepPattern
+from shardfuse.query.grep.search import index_clauses
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
@@ -122,3 +128,21 @@ def test_the_cli_greps(stack: Stack, indexed: dict[str, str]) -> None:
     assert f"{path}:{line}:" in out and "def send_task(" in out
     out = stack.cli("search", r"^class \w+", "--zone", ZONE, "--grep", "--regex", "-k", "3").stdout
     assert out.count("celery/app/") == 3 and "more not shown" in out
+
+
+def test_the_grep_legs_count_of_candidate_blocks_is_the_number_of_blocks_a_read_finds(
+        stack: Stack, indexed: dict[str, str]) -> None:
+    """The hybrid grep leg asks for a token's candidate blocks' count before reading any: that count, on the real
+    GIN index, is exactly how many blocks the read returns, and stops at its cap."""
+    seen = 0
+    with psycopg.connect(stack.settings.postgres.dsn) as conn:
+        for literal in ("apply_async", "import", "self.app", "_CELERY_"):
+            any_of = index_clauses(GrepPattern(literal, regex=False, case_sensitive=True), zone=ZONE, where=None)
+            for shard in range(stack.settings.shards):
+                schema = sql.Identifier(shard_schema(shard))
+                read = candidate_blocks(conn, schema, zone=ZONE, any_of=any_of, where=None, after=None, limit=100_000)
+                count = count_candidate_blocks(conn, schema, zone=ZONE, any_of=any_of, where=None, cap=100_000)
+                assert count == len(read), (literal, shard)
+                assert count_candidate_blocks(conn, schema, zone=ZONE, any_of=any_of, where=None, cap=3) == min(3, count)
+                seen += count
+    assert seen > 10  # the literals are in the slice

@@ -149,6 +149,27 @@ def candidate_blocks(
             for r in rows]
 
 
+def count_candidate_blocks(
+    conn: psycopg.Connection[Any],
+    schema: sql.Identifier,
+    *,
+    zone: str,
+    any_of: Sequence[Sequence[int]],
+    where: ChunkFilter | None,
+    cap: int,
+) -> int:
+    """How many blocks :func:`candidate_blocks` would find, counted up to ``cap`` (at most ``cap``; ``cap`` means
+    "that many or more"). Only the GIN index and the rows' visibility are read, no block text, and nothing is
+    sorted: the grep leg asks it before reading the blocks of a token that fills a first page."""
+    clauses = sql.SQL(" OR ").join(sql.SQL("g.grams @> %s::int4[]") for _ in any_of)
+    conditions, params = _filter_sql(schema, where)
+    query = sql.SQL(
+        "SELECT count(*) FROM (SELECT 1 FROM {s}.grep_blocks g WHERE g.zone = %s AND ({clauses}){c} LIMIT %s) t"
+    ).format(s=schema, clauses=clauses, c=conditions)
+    row = conn.execute(query, [zone, *(list(c) for c in any_of), *params, cap]).fetchone()
+    return int(row[0]) if row else 0
+
+
 def _filter_sql(schema: sql.Identifier, where: ChunkFilter | None) -> tuple[sql.Composable, list[Any]]:
     """``where`` on ``grep_blocks g``, as :meth:`ChunkFilter.sql` puts it on ``chunks``: the path prefix on the
     block's own path, the metadata filters on its document's row (the chunks' metadata is their document's)."""

@@ -157,6 +157,12 @@ class ShardStore:
             return grep_store.candidate_blocks(conn, self._schema, zone=zone, any_of=any_of, where=where, after=after,
                                                limit=limit)
 
+    def count_grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
+                          cap: int) -> int:
+        """How many blocks :meth:`grep_blocks` would find, counted up to ``cap`` (:func:`grep_store.count_candidate_blocks`)."""
+        with self._reading() as conn:
+            return grep_store.count_candidate_blocks(conn, self._schema, zone=zone, any_of=any_of, where=where, cap=cap)
+
     def fetch_chunks(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
         """Chunks by id, restricted to ``zone``. Ids of chunks that no longer exist (replaced since the
         BM25 generation that returned them was built) are simply absent."""

@@ -25,6 +25,7 @@ class MemoryGrepShard:
         self.shard = shard
         self.rows: list[tuple[object, ...]] = []
         self.calls = 0
+        self.counts = 0
 
     def add(self, zone: str, path: str, text: str, *, seq: int = 1, max_lines: int = 4) -> None:
         lines = text.count("\n") + 1
@@ -35,13 +36,21 @@ class MemoryGrepShard:
     def grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
                     after: tuple[str, int] | None = None, limit: int) -> list[CandidateBlock]:
         self.calls += 1
-        found = sorted(
+        return [CandidateBlock(path=r[1], block=r[2], seq=r[3], start_line=r[4], text=r[5],  # type: ignore[arg-type]
+                               chunk_lines=tuple(r[6])) for r in self._matching(zone, any_of, where, after)[:limit]]  # type: ignore[call-overload]
+
+    def _matching(self, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None,
+                  after: tuple[str, int] | None) -> list[tuple[object, ...]]:
+        return sorted(
             (r for r in self.rows if r[0] == zone and any(set(c) <= set(r[7]) for c in any_of)  # type: ignore[call-overload]
              and (not where or not where.path_prefix or str(r[1]).startswith(where.path_prefix))
              and (after is None or (r[1], r[2]) > after)),
             key=lambda r: (r[1], r[2]))  # type: ignore[arg-type,return-value]
-        return [CandidateBlock(path=r[1], block=r[2], seq=r[3], start_line=r[4], text=r[5],  # type: ignore[arg-type]
-                               chunk_lines=tuple(r[6])) for r in found[:limit]]  # type: ignore[call-overload]
+
+    def count_grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
+                          cap: int) -> int:
+        self.counts += 1
+        return min(cap, len(self._matching(zone, any_of, where, None)))
 
 
 def _now(work: Callable[[], GrepFound]) -> Future[GrepFound]:

@@ -68,3 +68,19 @@ def test_the_grep_leg_drops_a_token_with_more_candidate_blocks_than_it_verifies_
     request = parse_request({"query": "compute", "zone": "z", "mode": "grep", "k": 100}, settings=QuerySettings())
     answer = service.answer(request)
     assert len(answer["results"]) == 50 and answer["truncated"] is False
+
+
+def test_the_grep_leg_counts_a_common_tokens_candidates_instead_of_reading_them() -> None:
+    service, shard = _service(GrepSettings(leg_max_lines=1000, leg_max_blocks=3, page_blocks=1))
+    # "compute" has 5 candidate blocks, past 3: counted, dropped, no block read.
+    assert service.leg(["compute"], zones=["z"], where=ChunkFilter(), limit=10) is None
+    assert (shard.calls, shard.counts) == (0, 1)
+    # A token under the cap is read to the end, as before: send_task's 2 blocks take a count and 2 pages.
+    shard.calls = shard.counts = 0
+    leg = service.leg(["send_task"], zones=["z"], where=ChunkFilter(), limit=10)
+    assert leg is not None and len(leg.hits) == 2 and (shard.calls, shard.counts) == (2, 1)
+    # grep mode never counts: it pages through every candidate block.
+    shard.calls = shard.counts = 0
+    answer = service.answer(parse_request({"query": "compute", "zone": "z", "mode": "grep", "k": 100},
+                                          settings=QuerySettings()))
+    assert len(answer["results"]) == 50 and shard.counts == 0 and shard.calls > 1
