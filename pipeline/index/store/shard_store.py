@@ -159,7 +159,8 @@ class ShardStore:
 
     def count_grep_blocks(self, *, zone: str, any_of: Sequence[Sequence[int]], where: ChunkFilter | None = None,
                           cap: int) -> int:
-        """How many blocks :meth:`grep_blocks` would find, counted up to ``cap`` (:func:`grep_store.count_candidate_blocks`)."""
+        """How many blocks :meth:`grep_blocks` would find, counted up to ``cap``
+        (:func:`grep_store.count_candidate_blocks`)."""
         with self._reading() as conn:
             return grep_store.count_candidate_blocks(conn, self._schema, zone=zone, any_of=any_of, where=where, cap=cap)
 
