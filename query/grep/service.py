@@ -99,7 +99,6 @@ class GrepService:
         return Leg(hits=hits, ms=elapsed_ms(started), zones={c: where_found[c].zone for c in ranked})
 
 
-
 def _literal(token: str) -> GrepPattern | None:
     """``token`` as a case-sensitive literal the index can narrow; None when it cannot be one."""
     try:

@@ -160,7 +160,7 @@ def count_candidate_blocks(
 ) -> int:
     """How many blocks :func:`candidate_blocks` would find, counted up to ``cap`` (at most ``cap``; ``cap`` means
     "that many or more"). Only the GIN index and the rows' visibility are read, no block text, and nothing is
-    sorted: the grep leg asks it before reading the blocks of a token that fills a first page."""
+    sorted: the hybrid grep leg asks it before reading any of a token's blocks."""
     clauses = sql.SQL(" OR ").join(sql.SQL("g.grams @> %s::int4[]") for _ in any_of)
     conditions, params = _filter_sql(schema, where)
     query = sql.SQL(
