@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
+from psycopg import sql
 
 from shardfuse.pipeline.admin.publisher import Publisher
 from shardfuse.pipeline.config.settings import Settings, load_settings
@@ -77,6 +78,18 @@ class _PublisherContext:
 
     def __exit__(self, *exc: Any) -> None:
         self._cm.__exit__(*exc)
+
+
+def live_documents(stack: Stack, zone: str) -> dict[str, str]:
+    """What every shard holds for ``zone`` and not as a tombstone: path -> content hash."""
+    held: dict[str, str] = {}
+    for shard in range(stack.settings.shards):
+        with psycopg.connect(stack.settings.shard_dsn(shard)) as conn:
+            rows = conn.execute(sql.SQL("SELECT path, content_hash FROM {}.documents WHERE zone = %s "
+                                        "AND status <> 'deleted'").format(sql.Identifier(f"shard_{shard}")),
+                                (zone,)).fetchall()
+        held.update({path: content_hash for path, content_hash in rows})
+    return held
 
 
 @contextlib.contextmanager

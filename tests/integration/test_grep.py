@@ -135,11 +135,11 @@ def test_the_grep_legs_count_of_candidate_blocks_is_the_number_of_blocks_a_read_
     """The hybrid grep leg asks for a token's candidate blocks' count before reading any: that count, on the real
     GIN index, is exactly how many blocks the read returns, and stops at its cap."""
     seen = 0
-    with psycopg.connect(stack.settings.postgres.dsn) as conn:
-        for literal in ("apply_async", "import", "self.app", "_CELERY_"):
-            any_of = index_clauses(GrepPattern(literal, regex=False, case_sensitive=True), zone=ZONE, where=None)
-            for shard in range(stack.settings.shards):
-                schema = sql.Identifier(shard_schema(shard))
+    for literal in ("apply_async", "import", "self.app", "_CELERY_"):
+        any_of = index_clauses(GrepPattern(literal, regex=False, case_sensitive=True), zone=ZONE, where=None)
+        for shard in range(stack.settings.shards):
+            schema = sql.Identifier(shard_schema(shard))
+            with psycopg.connect(stack.settings.shard_dsn(shard)) as conn:
                 read = candidate_blocks(conn, schema, zone=ZONE, any_of=any_of, where=None, after=None, limit=100_000)
                 count = count_candidate_blocks(conn, schema, zone=ZONE, any_of=any_of, where=None, cap=100_000)
                 assert count == len(read), (literal, shard)

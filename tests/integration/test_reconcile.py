@@ -12,12 +12,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from shardfuse.pipeline.storage.cas import hash_content
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, live_documents
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +30,6 @@ def run_cli(stack: Stack, cwd: Path, *args: str) -> subprocess.CompletedProcess[
     assert proc.returncode == 0, f"shardfuse {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
     return proc
 
-
-def live_documents(stack: Stack, zone: str) -> dict[str, str]:
-    """What every shard holds for ``zone`` and not as a tombstone: path -> content hash."""
-    held: dict[str, str] = {}
-    for shard in range(stack.settings.shards):
-        with psycopg.connect(stack.settings.shard_dsn(shard)) as conn:
-            rows = conn.execute(sql.SQL("SELECT path, content_hash FROM {}.documents WHERE zone = %s "
-                                        "AND status <> 'deleted'").format(sql.Identifier(f"shard_{shard}")),
-                                (zone,)).fetchall()
-        held.update({path: content_hash for path, content_hash in rows})
-    return held
 
 
 def note(word: str, version: int = 1) -> bytes:

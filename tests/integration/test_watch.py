@@ -20,12 +20,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from shardfuse.pipeline.storage.cas import hash_content
-from tests.integration.conftest import Stack, running_stack
+from tests.integration.conftest import Stack, live_documents, running_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -41,17 +39,6 @@ def stack() -> Iterator[Stack]:
                         "SHARDFUSE_STACK__API_PORT": "0"}) as running:
         yield running
 
-
-def documents(stack: Stack) -> dict[str, str]:
-    """What the shards hold for the zone, tombstones left out: path -> content hash."""
-    held: dict[str, str] = {}
-    for shard in range(stack.settings.shards):
-        with psycopg.connect(stack.settings.shard_dsn(shard)) as conn:
-            rows = conn.execute(sql.SQL("SELECT path, content_hash FROM {}.documents WHERE zone = %s AND "
-                                        "status <> 'deleted'").format(sql.Identifier(f"shard_{shard}")),
-                                (ZONE,)).fetchall()
-        held.update(dict(rows))
-    return held
 
 
 def tree_state(root: Path, base: Path, *, ignored: tuple[str, ...] = ()) -> dict[str, str]:
@@ -111,7 +98,7 @@ class Watch:
 def follows(stack: Stack, what: str, expected: Callable[[dict[str, str]], bool]) -> None:
     """The index reaches ``expected`` within FOLLOW_S of the change just made (polled, bounded)."""
     start = time.monotonic()
-    while not expected(held := documents(stack)):
+    while not expected(held := live_documents(stack, ZONE)):
         if time.monotonic() - start > FOLLOW_S:
             raise AssertionError(f"{what}: the index did not follow within {FOLLOW_S}s; it holds {sorted(held)}")
         time.sleep(0.05)
@@ -131,8 +118,8 @@ def test_watch_follows_changes_and_catches_up_after_a_restart(stack: Stack) -> N
         assert watch.line("caught up notes/", START_S) == "caught up notes/: 3 written, 0 deleted, 0 unchanged"
         watch.line("watching notes", START_S)
         deadline = time.monotonic() + START_S
-        while documents(stack) != tree_state(notes, base, ignored=("old.log",)):
-            assert time.monotonic() < deadline, f"catch-up not indexed: {documents(stack)}"
+        while live_documents(stack, ZONE) != tree_state(notes, base, ignored=("old.log",)):
+            assert time.monotonic() < deadline, f"catch-up not indexed: {live_documents(stack, ZONE)}"
             time.sleep(0.1)
 
         _follow_live_changes(stack, watch, notes, base)
@@ -193,4 +180,4 @@ def _follow_live_changes(stack: Stack, watch: Watch, notes: Path, base: Path) ->
     follows(stack, "create in a new directory", lambda held: "notes/sub/x.md" in held)
     (notes / "sub").rename(notes / "sub2")
     follows(stack, "directory rename", lambda held: "notes/sub/x.md" not in held and "notes/sub2/x.md" in held)
-    assert documents(stack) == tree_state(notes, base, ignored=("old.log", "debug.log"))
+    assert live_documents(stack, ZONE) == tree_state(notes, base, ignored=("old.log", "debug.log"))

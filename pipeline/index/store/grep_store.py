@@ -137,14 +137,13 @@ def candidate_blocks(
     """Up to ``limit`` blocks of ``zone`` holding every gram of at least one clause of ``any_of`` (each clause
     should include the zone's pseudo-gram, so the GIN index narrows to the zone), passing ``where``, in
     ``(path, block)`` order after ``after``."""
-    clauses = sql.SQL(" OR ").join(sql.SQL("g.grams @> %s::int4[]") for _ in any_of)
-    conditions, params = _filter_sql(schema, where)
+    matching, params = _matching_sql(schema, zone=zone, any_of=any_of, where=where)
     page = sql.SQL(" AND (g.path, g.block) > (%s, %s)") if after else sql.SQL("")
     query = sql.SQL(
         "SELECT g.path, g.block, g.seq, g.start_line, g.text, g.chunk_lines FROM {s}.grep_blocks g "
-        "WHERE g.zone = %s AND ({clauses}){c}{page} ORDER BY g.path, g.block LIMIT %s"
-    ).format(s=schema, clauses=clauses, c=conditions, page=page)
-    rows = conn.execute(query, [zone, *(list(c) for c in any_of), *params, *(after or ()), limit]).fetchall()
+        "WHERE {matching}{page} ORDER BY g.path, g.block LIMIT %s"
+    ).format(s=schema, matching=matching, page=page)
+    rows = conn.execute(query, [*params, *(after or ()), limit]).fetchall()
     return [CandidateBlock(path=r[0], block=r[1], seq=r[2], start_line=r[3], text=r[4], chunk_lines=tuple(r[5]))
             for r in rows]
 
@@ -161,13 +160,21 @@ def count_candidate_blocks(
     """How many blocks :func:`candidate_blocks` would find, counted up to ``cap`` (at most ``cap``; ``cap`` means
     "that many or more"). Only the GIN index and the rows' visibility are read, no block text, and nothing is
     sorted: the hybrid grep leg asks it before reading any of a token's blocks."""
+    matching, params = _matching_sql(schema, zone=zone, any_of=any_of, where=where)
+    query = sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {s}.grep_blocks g WHERE {matching} LIMIT %s) t").format(
+        s=schema, matching=matching)
+    row = conn.execute(query, [*params, cap]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _matching_sql(schema: sql.Identifier, *, zone: str, any_of: Sequence[Sequence[int]],
+                  where: ChunkFilter | None) -> tuple[sql.Composable, list[Any]]:
+    """The condition on ``grep_blocks g`` both reads share: in ``zone``, holding every gram of a clause of
+    ``any_of``, passing ``where``; with its parameters."""
     clauses = sql.SQL(" OR ").join(sql.SQL("g.grams @> %s::int4[]") for _ in any_of)
     conditions, params = _filter_sql(schema, where)
-    query = sql.SQL(
-        "SELECT count(*) FROM (SELECT 1 FROM {s}.grep_blocks g WHERE g.zone = %s AND ({clauses}){c} LIMIT %s) t"
-    ).format(s=schema, clauses=clauses, c=conditions)
-    row = conn.execute(query, [zone, *(list(c) for c in any_of), *params, cap]).fetchone()
-    return int(row[0]) if row else 0
+    condition = sql.SQL("g.zone = %s AND ({clauses}){c}").format(clauses=clauses, c=conditions)
+    return condition, [zone, *(list(c) for c in any_of), *params]
 
 
 def _filter_sql(schema: sql.Identifier, where: ChunkFilter | None) -> tuple[sql.Composable, list[Any]]:
