@@ -17,7 +17,7 @@ from shardfuse.workers import readiness as _readiness  # noqa: F401  registers t
 from shardfuse.workers.broker.serialization import JSON_ONLY
 from shardfuse.workers.broker.transport import SENTINEL_TRANSPORT, TLS_TRANSPORT, TRANSPORT
 from shardfuse.workers.freshness import stamp_origin
-from shardfuse.workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue
+from shardfuse.workers.names import PUBLISHED_HEADER, TASK_QUEUES, Queue, Task
 from shardfuse.workers.runtime import RuntimeHolder
 
 TASK_MODULES = (
@@ -50,17 +50,21 @@ def stamp_published(headers: dict[str, Any] | None = None, **_: Any) -> None:
         stamp_origin(headers, now=now)
 
 
-def task_limits(settings: Settings) -> dict[str, dict[str, int]]:
+def task_limits(settings: Settings) -> dict[str, dict[str, int | bool]]:
     """Celery's ``task_annotations``: each task's soft and hard time limits, those of its queue in
-    ``settings.workers``. Celery applies them when a task binds to the app, so every app's tasks (the
-    workers' and any other built from other settings) take the limits of the settings that app was built
-    with, not of whichever settings were loaded when the task modules were imported."""
+    ``settings.workers``, and whether the search task sends task events (``workers.search_events``). Celery
+    applies them when a task binds to the app, so every app's tasks (the workers' and any other built from
+    other settings) take the limits of the settings that app was built with, not of whichever settings were
+    loaded when the task modules were imported."""
     workers = settings.workers
     by_queue: dict[Queue, TaskLimits] = {Queue.INGEST: workers.ingest_limits, Queue.EMBED: workers.embed_limits,
                                          Queue.MAINTENANCE: workers.maintenance_limits,
                                          Queue.QUERY: workers.query_limits}
-    return {task.value: {"soft_time_limit": by_queue[queue].soft_s, "time_limit": by_queue[queue].hard_s}
-            for task, queue in TASK_QUEUES.items()}
+    annotations: dict[str, dict[str, int | bool]] = {
+        task.value: {"soft_time_limit": by_queue[queue].soft_s, "time_limit": by_queue[queue].hard_s}
+        for task, queue in TASK_QUEUES.items()}
+    annotations[Task.SEARCH.value]["send_events"] = workers.search_events
+    return annotations
 
 
 def create_app(settings: Settings) -> Celery:

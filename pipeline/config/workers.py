@@ -25,6 +25,10 @@ class WorkerSettings(_Section):
     embed_limits: TaskLimits = TaskLimits(soft_s=300, hard_s=360)
     maintenance_limits: TaskLimits = TaskLimits(soft_s=900, hard_s=960)
     query_limits: TaskLimits = TaskLimits(soft_s=30, hard_s=35)
+    # Whether the query pool sends Celery task events (received, started, succeeded) for each search, which is
+    # what shows searches in Flower. Off saves three Redis publishes a search: RPC p50 13.45 -> 12.97 ms in one
+    # A/B (docs/performance.md, session 17); the query latency metrics still count every search.
+    search_events: bool = True
     # The pool's Prometheus endpoint: its main process serves /metrics of every process of the pool on this
     # port, all interfaces (shardfuse.workers.observability); 0: none. A prefork pool also needs the
     # PROMETHEUS_MULTIPROC_DIR variable (docs/operations.md).

@@ -62,6 +62,19 @@ class Launch:
         wait_ready(name, ready, deadline=deadline, log=component.log, alive=component.is_alive)
         self.progress(f"{name}: ready")
 
+    @contextlib.contextmanager
+    def naming_what_runs(self) -> Iterator[None]:
+        """A start that fails says which components are running all the same (kept, and recorded, so
+        that ``up`` again resumes from them once the cause is fixed) and how to stop them."""
+        try:
+            yield
+        except StackError as exc:
+            running = sorted(self.state.alive())
+            if not running:
+                raise
+            raise StackError(f"{exc}\nstill running: {', '.join(running)} (`shardfuse up` again, once that is "
+                             "fixed, starts the rest; `shardfuse down` stops them)") from exc
+
     def _record(self, name: str, component: ComponentState) -> None:
         self.state = self.state.with_component(name, component)
         save_state(self.layout.state_file, self.state)

@@ -101,9 +101,10 @@ def up(
                      object_store=target)  # fmt: skip
         launch = Launch(state=_current_state(settings, addresses=addresses, layout=layout), layout=layout,
                         progress=progress)
-        _start_servers(launch, plan)
-        _start_celery(launch, plan)
-        _wait_for_celery(launch, plan)
+        with launch.naming_what_runs():
+            _start_servers(launch, plan)
+            _start_celery(launch, plan)
+            _wait_for_celery(launch, plan)
         if not launch.started:
             progress("shardfuse stack: everything was already running; nothing started")
         return launch.state
@@ -262,13 +263,8 @@ def _current_state(settings: Settings, *, addresses: StackAddresses, layout: Sta
     recorded = load_state(layout.state_file)
     if recorded is None:
         return fresh
-    changed = (recorded.broker_url, recorded.postgres_dsn, recorded.flower_url) != (
-        fresh.broker_url, fresh.postgres_dsn, fresh.flower_url,
-    )  # fmt: skip
-    if changed and recorded.alive():
-        passwords.refuse_running_without_passwords(
-            layout, recorded=(recorded.broker_url, recorded.postgres_dsn, recorded.flower_url),
-            fresh=(fresh.broker_url, fresh.postgres_dsn, fresh.flower_url))
+    if recorded.addresses != fresh.addresses and recorded.alive():
+        passwords.refuse_running_without_passwords(layout, recorded=recorded.addresses, fresh=fresh.addresses)
         raise StackError(
             f"the stack in {layout.data_dir} is running with other addresses (broker {recorded.broker_url}, "
             f"flower {recorded.flower_url}); run `shardfuse down` first"

@@ -75,6 +75,11 @@ class StackState:
     postgres_dsn: str
     components: Mapping[str, ComponentState] = field(default_factory=dict)
 
+    @property
+    def addresses(self) -> tuple[str, str, str]:
+        """Where the stack is reached: broker, PostgreSQL, Flower (passwords masked, as recorded)."""
+        return (self.broker_url, self.postgres_dsn, self.flower_url)
+
     def alive(self) -> dict[str, int]:
         """Component name -> pid, for the recorded processes that are still running."""
         return {name: comp.pid for name, comp in self.components.items() if comp.is_alive()}

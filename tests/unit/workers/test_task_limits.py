@@ -32,3 +32,14 @@ def test_a_workers_tasks_take_the_time_limits_of_its_own_settings() -> None:
         assert (task.soft_time_limit, task.time_limit) == (soft, hard), name
         assert (default_app.tasks[name.value].soft_time_limit, default_app.tasks[name.value].time_limit) != (soft, hard)
     assert default_app.tasks[Task.INGEST.value].soft_time_limit == Settings().workers.ingest_limits.soft_s
+
+
+def test_searches_send_task_events_unless_the_settings_turn_them_off() -> None:
+    for module in TASK_MODULES:
+        importlib.import_module(module)
+    quiet = create_app(Settings(workers={"search_events": False}))
+    default = create_app(Settings())
+    # What the worker checks before sending task-received, task-started and task-succeeded for a message.
+    assert quiet.tasks[Task.SEARCH.value].send_events is False
+    assert all(quiet.tasks[task.value].send_events is True for task in Task if task is not Task.SEARCH)
+    assert all(default.tasks[task.value].send_events is True for task in Task)
