@@ -88,7 +88,7 @@ bench: install
 	else echo "no benchmarks yet: tests/benchmarks/bench_*.py arrive with the performance work"; fi
 
 # How each figure grows with the corpus (docs/performance.md): one stack grown to each size, then the plot.
-# Not part of `make bench`: a million chunks take hours here. SHARDFUSE_SCALE_SIZES picks the sizes (chunks).
+# Not part of `make bench`: ~15 minutes here (a million chunks). SHARDFUSE_SCALE_SIZES picks the sizes (chunks).
 SHARDFUSE_SCALE_SIZES ?= 10000,100000,1000000
 bench-scale: install
 	SHARDFUSE_SCALE_SIZES=$(SHARDFUSE_SCALE_SIZES) $(BIN)/python -m pytest tests/benchmarks/scale_growth.py -s \
