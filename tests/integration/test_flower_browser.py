@@ -20,7 +20,6 @@ from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, keep_screenshot
 pytestmark = pytest.mark.integration
 
 
-
 def test_flower_lists_an_online_worker_for_every_pool_after_logging_in(stack: Stack, tmp_path: Path) -> None:
     assert shutil.which(CHROMIUM), "Debian's chromium is installed by `make install` (Makefile)"
     url = stack.state.flower_url

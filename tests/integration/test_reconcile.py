@@ -31,7 +31,6 @@ def run_cli(stack: Stack, cwd: Path, *args: str) -> subprocess.CompletedProcess[
     return proc
 
 
-
 def note(word: str, version: int = 1) -> bytes:
     return f"Field notes, version {version}: the {word} is rarely seen; {word} sightings are logged here.".encode()
 

@@ -40,7 +40,6 @@ def stack() -> Iterator[Stack]:
         yield running
 
 
-
 def tree_state(root: Path, base: Path, *, ignored: tuple[str, ...] = ()) -> dict[str, str]:
     """What the index must hold for ``root``: every file's document name -> content hash."""
     return {p.relative_to(base).as_posix(): hash_content(p.read_bytes())
