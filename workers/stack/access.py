@@ -10,6 +10,7 @@ rule trusts anyone: the stack administers the server through its unix socket, wh
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
@@ -86,7 +87,9 @@ def private_socket_dir(path: Path, *, server_user: str | None) -> None:
     info = path.lstat()
     owners = {os.geteuid()}
     if server_user is not None:
-        owners.add(pwd.getpwnam(server_user).pw_uid)
+        # Under root the server user is made at PostgreSQL's first start (grant_to_system_user), after this.
+        with contextlib.suppress(KeyError):
+            owners.add(pwd.getpwnam(server_user).pw_uid)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid not in owners:
         raise StackError(f"PostgreSQL's socket folder {path} is not a folder of this user's; remove it and run "
                          "`shardfuse up` again")  # fmt: skip
