@@ -18,7 +18,7 @@ class LimitSettings(_Section):
 ChunkStrategy = Literal["fixed", "overlapping", "semantic", "code"]
 _DEFAULT_STRATEGIES: dict[str, ChunkStrategy] = {
     ".md": "semantic", ".markdown": "semantic", ".mdx": "semantic", ".rst": "semantic", ".html": "semantic",
-    ".htm": "semantic", ".txt": "semantic", "code": "code", "*": "overlapping",
+    ".htm": "semantic", ".txt": "semantic", "code": "code", "*": "semantic",
 }  # fmt: skip
 
 

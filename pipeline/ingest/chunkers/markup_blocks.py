@@ -9,7 +9,7 @@ One parser per format turns the text into :class:`Block` s: whole non-blank line
   does), and paragraphs;
 - HTML: blocks start at blank lines and at lines that open a block-level tag; ``<pre>``, ``<script>``,
   ``<style>``, ``<textarea>`` and comments are kept whole; headings are ``<h1>`` .. ``<h6>``;
-- plain text: paragraphs, no headings.
+- plain text: paragraphs; a first paragraph that is one short line is the title (a level-1 heading).
 """
 
 from __future__ import annotations
@@ -88,9 +88,19 @@ def units_of(text: str, start: int, end: int, *, paragraphs: bool) -> list[tuple
     return units
 
 
+# A plain-text title: the first paragraph when it is one line of at most this many characters and more follows.
+TEXT_TITLE_MAX_CHARS = 200
+
+
 def _parse_text(text: str) -> list[Block]:
-    """Plain text: paragraphs, no headings."""
-    return [Block(s, e) for s, e in units_of(text, 0, len(text), paragraphs=True)]
+    """Plain text: paragraphs. The first paragraph is the document's title (a level-1 heading) when it is a
+    single short line with more text after it, as in a note, an e-mail subject or an abstract's title line."""
+    blocks = [Block(s, e) for s, e in units_of(text, 0, len(text), paragraphs=True)]
+    if len(blocks) > 1:
+        first = text[blocks[0].start : blocks[0].end]
+        if "\n" not in first and len(first.strip()) <= TEXT_TITLE_MAX_CHARS:
+            blocks[0] = Block(blocks[0].start, blocks[0].end, headings=((1, " ".join(first.split())),))
+    return blocks
 
 
 def _parse_markdown(text: str) -> list[Block]:

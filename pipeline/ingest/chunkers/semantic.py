@@ -4,17 +4,19 @@
 and paragraphs (blank lines; in HTML also lines that open a block-level tag). Besides the guarantees of
 :mod:`shardfuse.pipeline.ingest.chunkers.base`, for text with any non-whitespace character:
 
-- a span is ``text[start:end]`` of whole lines, markup included; spans do not overlap, except where a single
-  line over the budget is cut into overlapping token windows by
+- a span is ``text[start:end]`` of whole lines (whole sentences of a line over the budget, with the headings
+  right above the first of them), markup included;
+  spans do not overlap, except where a single sentence over the budget is cut into overlapping token windows by
   :func:`shardfuse.pipeline.ingest.chunkers.token_windows.chunk_text`;
 - blank lines go with the span before them; leading blank lines of the text belong to no span;
 - a heading starts a new span. It shares that span with the deeper headings right below it and with the
   paragraphs that follow, as far as they fit: a heading is alone only when its first paragraph does not fit;
 - consecutive paragraphs of one section are merged while they fit. A block over the budget is cut at blank
-  lines, then at lines, then into token windows; a fenced code block (or ``<pre>``) is never cut otherwise;
+  lines, then at lines, then at sentence ends (sentences are merged again while they fit), then into token
+  windows; a fenced code block (or ``<pre>``) is never cut otherwise;
 - ``heading_path`` is the document title, then the headings enclosing the span's first paragraph. The title
-  is ``title`` if given, else the first level-1 heading (Markdown, rST), ``<title>`` or the first ``<h1>``
-  (HTML). A heading that became the title is not repeated after it.
+  is ``title`` if given, else the first level-1 heading (Markdown, rST; in plain text a short first line),
+  ``<title>`` or the first ``<h1>`` (HTML). A heading that became the title is not repeated after it.
 
 The blocks (paragraphs, headings, fences) come from the format's parser in
 :mod:`shardfuse.pipeline.ingest.chunkers.markup_blocks`; this module fits them to the budget and packs them.
@@ -37,6 +39,8 @@ from shardfuse.pipeline.ingest.chunkers.markup_blocks import PARSERS, Block, Hea
 from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text
 
 _BREAK_AFTER_INDENT = re.compile(r"[^\S\r\n]*[\r\n]")
+# The end of a sentence inside a line: its mark, closing quotes or brackets, then the spaces before the next.
+_SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]%][.!?])[\"')\]]*[ \t]+(?=[A-Z0-9(\[\"])")
 # Encodings whose pre-split takes a run of line breaks up to its last "\n" (``\s*[\r\n]+``), see _Tokens.
 _LINE_AWARE_ENCODINGS = frozenset({"cl100k_base", "o200k_base"})
 
@@ -52,6 +56,8 @@ class _Piece:
     level: int  # level of the first heading it opens; 0 if it opens none
     window: bool  # a token window: overlaps its neighbours, so it is never joined
     joint: bool  # no token crosses ``start``, so counts of pieces joined there add up exactly
+    line: int  # where the line ``start`` falls in begins
+    partial: bool  # sentences of a line over the budget: it starts or ends inside a line
 
 
 class _Tokens:
@@ -141,19 +147,23 @@ def _pieces(text: str, blocks: list[Block], *, tokens: _Tokens, budget: ChunkBud
         end = blocks[i + 1].start if i + 1 < len(blocks) else len(text)
         for k, (s, e, n, window) in enumerate(_fit(text, block.start, end, tokens, budget)):
             level = block.headings[0][0] if block.headings and k == 0 else 0
-            pieces.append(_Piece(s, e, n, path, level, window, tokens.clean(s)))
+            line = text.rfind("\n", 0, s) + 1
+            partial = s != line or not (e == len(text) or text[e - 1] == "\n" or text[e] in "\r\n")
+            pieces.append(_Piece(s, e, n, path, level, window, tokens.clean(s), line, partial))
     return pieces
 
 
 def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget) -> list[tuple[int, int, int, bool]]:
     """``text[start:end]`` as ``(start, end, tokens, is_window)`` parts within the budget: itself if it fits,
-    else cut at blank lines, else at lines, else (a single line) into token windows."""
+    else cut at blank lines, else at lines, else (a single line) at sentence ends, else into token windows."""
     count = tokens.count(start, end)
     if count <= budget.max_tokens:
         return [(start, end, count, False)]
     units = units_of(text, start, end, paragraphs=True)
     if len(units) == 1:
         units = units_of(text, start, end, paragraphs=False)
+    if len(units) == 1:
+        units = _sentences(text, start, end)
     if len(units) > 1:
         ends = [s for s, _ in units[1:]] + [end]
         return [part for (s, _), e in zip(units, ends, strict=True) for part in _fit(text, s, e, tokens, budget)]
@@ -161,6 +171,14 @@ def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget) 
         text[start:end], counter=tokens.counter, max_tokens=budget.max_tokens, overlap_tokens=budget.overlap_tokens
     )
     return [(start + w.start_char, start + w.end_char, w.token_count, True) for w in windows]
+
+
+def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """``text[start:end]`` (one line) cut after each sentence: at ``.``, ``!`` or ``?`` (and any closing quotes or
+    brackets) followed by spaces and a capital, a digit or an opening bracket. Each part runs to the next one's
+    start, so the spaces between sentences go with the sentence before them."""
+    starts = [start, *(m.end() for m in _SENTENCE_END.finditer(text, start, end))]
+    return [(s, e) for s, e in zip(starts, [*starts[1:], end], strict=True) if s < e]
 
 
 def _pack(pieces: list[_Piece], budget: ChunkBudget) -> list[list[_Piece]]:
@@ -180,9 +198,13 @@ def _pack(pieces: list[_Piece], budget: ChunkBudget) -> list[list[_Piece]]:
 def _joinable(last: _Piece, piece: _Piece) -> bool:
     """Whether ``piece`` may join the group ending with ``last``. Token windows stand alone. A heading starts a
     new group, unless the group holds only higher headings (a heading joins only heading-only groups, so a
-    heading ``last`` means the whole group is headings)."""
+    heading ``last`` means the whole group is headings). Sentences of a cut line join only each other and the
+    headings right above them, so a span of several lines is whole lines but for a cut line's sentences
+    after its headings."""
     if piece.window or last.window:
         return False
+    if (piece.partial or last.partial) and piece.line != last.line:
+        return last.level > 0 and not piece.level
     return not piece.level or 0 < last.level < piece.level
 
 

@@ -15,6 +15,7 @@ middle so that the context stays within ``max_chars``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -23,6 +24,10 @@ from shardfuse.pipeline.ingest.symbols import ChunkSymbols, Role
 
 # About 100 tokens of English.
 MAX_CHARS = 400
+# What may surround a heading's words at the start of a chunk: Markdown's #, rST's adornments, blank lines.
+_HEADING_MARKUP = "#=-~^*+ \t\r\n"
+# A heading line at the start of a chunk: its words, up to the line's end or a Markdown closing sequence.
+_HEADING_START = re.compile(r"([^\n]*?)[ \t#]*(?:\r?\n|$)")
 
 _ROLE_WORDS = {
     Role.COMPLETE: "complete definition",
@@ -33,10 +38,13 @@ _ROLE_WORDS = {
 
 
 def headings_context(
-    *, path: str, heading_path: Sequence[str], symbols: ChunkSymbols, language: str | None, max_chars: int = MAX_CHARS
+    *, path: str, heading_path: Sequence[str], symbols: ChunkSymbols, language: str | None, max_chars: int = MAX_CHARS,
+    text: str = "",
 ) -> str:
-    """The context line of one chunk (see the module docstring)."""
+    """The context line of one chunk (see the module docstring). Headings that ``text`` (the chunk) opens
+    with are left out: the chunk already says them, and the context is for what it does not say."""
     parts: list[str] = []
+    heading_path = heading_path[_opening_headings(text, heading_path):]
     if heading_path:
         parts.append(_outline(heading_path, budget=max(40, max_chars - len(path) - 3)))
     code = _code(symbols, language)
@@ -52,11 +60,24 @@ def with_headings_context(path: str, chunks: Sequence[Chunk]) -> list[Chunk]:
         replace(
             chunk,
             context=headings_context(path=path, heading_path=chunk.heading_path, symbols=chunk.symbols,
-                                     language=chunk.language),
+                                     language=chunk.language, text=chunk.text),
             context_source=ContextSource.HEADINGS,
         )
         for chunk in chunks
     ]
+
+
+def _opening_headings(text: str, heading_path: Sequence[str]) -> int:
+    """How many of ``heading_path``'s first headings ``text`` opens with, in order (markup around them aside)."""
+    rest = text.lstrip(_HEADING_MARKUP)
+    count = 0
+    for heading in heading_path:
+        opening = _HEADING_START.match(rest)
+        if not heading.split() or opening is None or opening.group(1).split() != heading.split():
+            break
+        rest = rest[opening.end() :].lstrip(_HEADING_MARKUP)
+        count += 1
+    return count
 
 
 def _outline(headings: Sequence[str], *, budget: int) -> str:

@@ -19,6 +19,7 @@ REAL_FILES = {"README.md": "markdown", "tests/fixtures/markdown/architecture.md"
 BUDGETS = (64, 256, 512)
 ARCH_TITLE = "shardfuse architecture (living copy)"
 MD_HEADING = re.compile(r"#{1,6}(\s|$)")
+SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
 
 
 def spans_of(text: str, fmt: str, max_tokens: int = 512, overlap: int = 8, title: str | None = None) -> list[Span]:
@@ -56,8 +57,9 @@ def assert_invariants(text: str, spans: list[Span], max_tokens: int) -> None:
             assert previous.start < span.start
             if span.start < previous.end:  # only token windows overlap, and they cut a single line
                 assert "\n" not in text[previous.start : span.end].rstrip()
-        if "\n" in piece.rstrip():  # a span of several lines holds whole lines
-            assert at_line_start(text, span.start) and at_line_end(text, span.end)
+        if "\n" in piece.rstrip():  # a span of several lines holds whole lines, or headings and then the first
+            assert at_line_start(text, span.start)  # sentences of a line cut at sentence ends
+            assert at_line_end(text, span.end) or SENTENCE_END.search(piece), piece
         assert not text[covered : span.start].strip(), f"uncovered text before span {i}"
         covered = max(covered, span.end)
     assert not text[covered:].strip(), "uncovered text after the last span"
@@ -389,11 +391,55 @@ def test_html_pre_is_kept_whole_and_block_tags_split_when_over_budget() -> None:
 # --- plain text and edge cases ------------------------------------------------------------------------------
 
 
-def test_plain_text_merges_paragraphs_and_has_no_headings() -> None:
-    text = "# not a heading in text\n\nFirst paragraph.\n\nSecond\nparagraph.\n"
+def test_plain_text_merges_paragraphs_and_has_no_markup_headings() -> None:
+    text = "First paragraph,\nof two lines.\n\n# not a heading in text\n\nSecond\nparagraph.\n"
     spans = spans_of(text, "text")
     assert len(spans) == 1 and spans[0].heading_path == ()
     assert spans_of(text, "text", title="notes.txt")[0].heading_path == ("notes.txt",)
+
+
+def test_a_short_first_line_of_plain_text_is_its_title_for_every_span() -> None:
+    body = " ".join(f"Sentence number {i} says something about the topic." for i in range(40))
+    text = f"Effects of  caffeine on sleep\n\n{body}\n"
+    spans = spans_of(text, "text", 64)
+    assert len(spans) > 3
+    assert {s.heading_path for s in spans} == {("Effects of caffeine on sleep",)}
+    # The title line is not a span of its own: it opens the first sentences.
+    assert texts(text, spans)[0].startswith("Effects of  caffeine on sleep\n\nSentence number 0")
+
+
+@pytest.mark.parametrize("text", [
+    "Only one line, nothing after it.\n",
+    "A first paragraph\nof two lines.\n\nThen more.\n",
+    "x" * 201 + "\n\nThen more.\n",
+])
+def test_plain_text_without_a_title_line(text: str) -> None:
+    assert spans_of(text, "text")[0].heading_path == ()
+
+
+def test_an_oversize_line_is_cut_at_sentence_ends_and_its_sentences_packed() -> None:
+    sentences = [f"Claim {i} holds in {i + 2} of the cases (p < 0.0{i % 9 + 1})." for i in range(60)]
+    line = " ".join(sentences)
+    text = f"# Doc\n\nIntro paragraph.\n\n{line}\n\nOutro.\n"
+    spans = spans_of(text, "markdown", 64, overlap=8)
+    assert_invariants(text, spans, 64)
+    inside = [s for s in spans if text.index(line) <= s.start < text.index(line) + len(line)]
+    assert len(inside) > 3
+    assert all(b.start >= a.end for a, b in zip(spans, spans[1:], strict=False))  # no windows: no overlap
+    for span in inside:  # each starts at a sentence and ends after one, several sentences a span
+        piece = text[span.start : span.end].strip()
+        assert piece.startswith("Claim ") and piece.endswith(")."), piece
+        assert piece.count("Claim ") > 1
+    # The cut line's sentences never share a span with the paragraphs around it (only with headings above).
+    assert texts(text, spans)[-1].strip() == "Outro."
+    assert not any("Intro" in t and "Claim" in t for t in texts(text, spans))
+
+
+def test_a_sentence_over_the_budget_falls_back_to_token_windows() -> None:
+    line = "Short one. " + " ".join(f"token{i}" for i in range(300)) + ". Another short one."
+    spans = spans_of(f"{line}\n", "text", 64, overlap=8)
+    assert_invariants(f"{line}\n", spans, 64)
+    assert any(b.start < a.end for a, b in zip(spans, spans[1:], strict=False))  # windows overlap
 
 
 def test_crlf_text_keeps_invariants() -> None:

@@ -14,8 +14,10 @@ from shardfuse.pipeline.coordination.chunk_registry import RedisChunkRegistry
 from shardfuse.pipeline.core.documents import ContextSource
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers import ChunkBudget, chunk_document, strategy_for
+from shardfuse.pipeline.ingest.context.headings import headings_context
 from shardfuse.pipeline.ingest.context.llm import ContextOutcome, ContextRequest
 from shardfuse.pipeline.ingest.preparation import prepare_chunks
+from shardfuse.pipeline.ingest.symbols import NO_SYMBOLS
 from shardfuse.workers.cli.main import main
 from tests.support.paths import REPO
 
@@ -32,8 +34,8 @@ def test_each_type_gets_its_strategy() -> None:
     assert strategy_for("README.RST", STRATEGIES) == "semantic"  # extensions match case-insensitively
     assert strategy_for("pipeline/ingest/chunkers/token_windows.py", STRATEGIES) == "code"
     assert strategy_for("src/lib.rs", STRATEGIES) == "code"
-    assert strategy_for("data/table.csv", STRATEGIES) == "overlapping"
-    assert strategy_for("4983", STRATEGIES) == "overlapping"  # no extension
+    assert strategy_for("data/table.csv", STRATEGIES) == "semantic"  # anything else: plain text
+    assert strategy_for("4983", STRATEGIES) == "semantic"  # no extension
     assert strategy_for("a.py", {"*": "fixed"}) == "fixed"
     with pytest.raises(ValueError, match="unknown chunking strategy 'bogus'"):
         chunk_document("text", path="a.txt", counter=COUNTER, budget=ChunkBudget(), strategies={"*": "bogus"})
@@ -77,9 +79,10 @@ def test_fixed_windows_do_not_overlap_and_overlapping_ones_do() -> None:
 
 
 def test_headings_context_is_indexed_with_the_chunk_and_keys_its_embedding() -> None:
-    text = "# Guide\n\n## Install\n\nRun the installer twice.\n"
+    text = "# Guide\n\n## Install\n\nRun the installer twice.\n\n" + "Then check the logs twice. " * 120 + "\n"
     prepared = prepare_chunks(text, path="docs/guide.md", doc_hash="h", settings=Settings(), counter=COUNTER)
-    (chunk,) = prepared.chunks
+    first, *_, chunk = prepared.chunks
+    assert first.context == "docs/guide.md"  # it opens with both headings: the context does not repeat them
     assert chunk.context == "docs/guide.md — Guide > Install"
     assert chunk.context_source is ContextSource.HEADINGS
     assert chunk.indexed_text == f"{chunk.context}\n\n{chunk.text}"
@@ -155,7 +158,8 @@ def test_llm_contexts_fall_back_to_headings_and_a_backfill_mark() -> None:
     sources = [c.context_source for c in prepared.chunks]
     assert sources == [ContextSource.LLM, ContextSource.BACKFILL, ContextSource.LLM]
     assert prepared.chunks[0].context == "About ingest."
-    assert prepared.chunks[1].context == "notes.txt"  # its headings context until backfill-context runs
+    # Its headings context until backfill-context runs: the path and the document's first line, its title.
+    assert prepared.chunks[1].context == f"notes.txt — {PARAGRAPHS[0]}"
     assert prepared.backfill == 1 and llm.seen == ["sha256:doc"]
     unreachable = prepare_chunks(text, path="notes.txt", doc_hash="d", settings=settings, counter=COUNTER)
     assert {c.context_source for c in unreachable.chunks} == {ContextSource.BACKFILL}
@@ -175,3 +179,14 @@ def test_explain_chunks_shows_each_chunk_with_its_score_and_fate(tmp_path: Path,
     assert "docs/notes.md in zone z: 3 chunk(s), 2 kept (entropy filter on" in out
     assert "dropped (low_information)" in out and out.count("kept") >= 3  # the heading made #0 differ
     assert "context: docs/notes.md — Notes" in out
+
+
+@pytest.mark.parametrize(("text", "context"), [
+    ("Run the installer twice.", "docs/guide.md — Guide > Install"),
+    ("# Guide\n\nRun the installer twice.", "docs/guide.md — Install"),
+    ("Guide\n=====\n\nInstall\n-------\n\nRun it.", "docs/guide.md"),
+    ("Guidebook: run the installer.", "docs/guide.md — Guide > Install"),  # a word that starts with it is not it
+])
+def test_a_context_leaves_out_the_headings_its_chunk_opens_with(text: str, context: str) -> None:
+    assert headings_context(path="docs/guide.md", heading_path=("Guide", "Install"), symbols=NO_SYMBOLS,
+                            language=None, text=text) == context
