@@ -27,6 +27,7 @@ for lines over the budget.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -162,15 +163,55 @@ def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget) 
     units = units_of(text, start, end, paragraphs=True)
     if len(units) == 1:
         units = units_of(text, start, end, paragraphs=False)
-    if len(units) == 1:
-        units = _sentences(text, start, end)
     if len(units) > 1:
         ends = [s for s, _ in units[1:]] + [end]
         return [part for (s, _), e in zip(units, ends, strict=True) for part in _fit(text, s, e, tokens, budget)]
+    sentences = _sentences(text, start, end)
+    if len(sentences) > 1:
+        return _balanced([part for s, e in sentences for part in _fit(text, s, e, tokens, budget)], tokens, budget)
     windows = chunk_text(
         text[start:end], counter=tokens.counter, max_tokens=budget.max_tokens, overlap_tokens=budget.overlap_tokens
     )
     return [(start + w.start_char, start + w.end_char, w.token_count, True) for w in windows]
+
+
+def _balanced(parts: list[tuple[int, int, int, bool]], tokens: _Tokens,
+              budget: ChunkBudget) -> list[tuple[int, int, int, bool]]:
+    """The sentences of one line (``parts``, token windows for a sentence over the budget) joined into runs of
+    about equal size: as few as the budget allows. Greedy filling would leave a short last run (a line of 1.1
+    budgets gives 1 and 0.1), a chunk too small to rank well in either leg."""
+    joined: list[tuple[int, int, int, bool]] = []
+    run: list[tuple[int, int, int, bool]] = []
+    for part in [*parts, (0, 0, 0, True)]:  # a window (and the sentinel) ends a run of sentences
+        if not part[3]:
+            run.append(part)
+            continue
+        total = sum(n for _, _, n, _ in run)
+        groups = math.ceil(total / budget.max_tokens)
+        target = total / max(groups, 1)
+        group: list[tuple[int, int, int, bool]] = []
+        for sentence in run:
+            size = sum(n for _, _, n, _ in group)
+            if group and (size + sentence[2] > budget.max_tokens or size + sentence[2] / 2 > target):
+                joined.extend(_joined(group, tokens, budget))
+                group = []
+            group.append(sentence)
+        joined.extend(_joined(group, tokens, budget))
+        run = []
+        if part[1] > part[0]:
+            joined.append(part)
+    return joined
+
+
+def _joined(group: list[tuple[int, int, int, bool]], tokens: _Tokens,
+            budget: ChunkBudget) -> list[tuple[int, int, int, bool]]:
+    """``group`` (consecutive sentences) as one part, counted whole; as it was if a token crossing a joint
+    takes the count over the budget."""
+    if len(group) < 2:
+        return group
+    start, end = group[0][0], group[-1][1]
+    count = tokens.count(start, end)
+    return [(start, end, count, False)] if count <= budget.max_tokens else group
 
 
 def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:

@@ -494,3 +494,16 @@ def test_invariants_on_arbitrary_line_mixtures(lines: list[str], newline: str, f
         assert_invariants(text, spans, max_tokens)
     else:
         assert spans == []
+
+
+def test_a_line_cut_at_sentences_gives_spans_of_about_equal_size() -> None:
+    # 1.1 budgets of short sentences: greedy filling would give a full span and a scrap of a tenth of one.
+    sentences = [f"Item {i} holds." for i in range(100)]
+    budget = 64
+    count = next(n for n in range(1, 100) if COUNTER.count(" ".join(sentences[:n])) > budget * 1.1)
+    line = " ".join(sentences[:count]) + "\n"
+    spans = spans_of(line, "text", budget, overlap=0)
+    assert_invariants(line, spans, budget)
+    sizes = [COUNTER.count(t) for t in texts(line, spans)]
+    assert len(sizes) == 2, sizes
+    assert min(sizes) >= 0.7 * max(sizes), sizes
