@@ -12,8 +12,8 @@ and paragraphs (blank lines; in HTML also lines that open a block-level tag). Be
 - a heading starts a new span. It shares that span with the deeper headings right below it and with the
   paragraphs that follow, as far as they fit: a heading is alone only when its first paragraph does not fit;
 - consecutive paragraphs of one section are merged while they fit. A block over the budget is cut at blank
-  lines, then at lines, then at sentence ends (sentences are merged again while they fit), then into token
-  windows; a fenced code block (or ``<pre>``) is never cut otherwise;
+  lines, then at lines, then at sentence ends (a line's sentences joined again into runs of about equal size),
+  then into token windows; a fenced code block (or ``<pre>``) is never cut otherwise;
 - ``heading_path`` is the document title, then the headings enclosing the span's first paragraph. The title
   is ``title`` if given, else the first level-1 heading (Markdown, rST; in plain text a short first line),
   ``<title>`` or the first ``<h1>`` (HTML). A heading that became the title is not repeated after it.
