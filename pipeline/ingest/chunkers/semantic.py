@@ -190,12 +190,13 @@ def _balanced(parts: list[tuple[int, int, int, bool]], tokens: _Tokens,
         groups = math.ceil(total / budget.max_tokens)
         target = total / max(groups, 1)
         group: list[tuple[int, int, int, bool]] = []
+        size = 0
         for sentence in run:
-            size = sum(n for _, _, n, _ in group)
             if group and (size + sentence[2] > budget.max_tokens or size + sentence[2] / 2 > target):
                 joined.extend(_joined(group, tokens, budget))
-                group = []
+                group, size = [], 0
             group.append(sentence)
+            size += sentence[2]
         joined.extend(_joined(group, tokens, budget))
         run = []
         if part[1] > part[0]:

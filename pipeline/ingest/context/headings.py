@@ -15,7 +15,6 @@ middle so that the context stays within ``max_chars``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -26,8 +25,6 @@ from shardfuse.pipeline.ingest.symbols import ChunkSymbols, Role
 MAX_CHARS = 400
 # What may surround a heading's words at the start of a chunk: Markdown's #, rST's adornments, blank lines.
 _HEADING_MARKUP = "#=-~^*+ \t\r\n"
-# A heading line at the start of a chunk: its words, up to the line's end or a Markdown closing sequence.
-_HEADING_START = re.compile(r"([^\n]*?)[ \t#]*(?:\r?\n|$)")
 
 _ROLE_WORDS = {
     Role.COMPLETE: "complete definition",
@@ -72,10 +69,11 @@ def _opening_headings(text: str, heading_path: Sequence[str]) -> int:
     rest = text.lstrip(_HEADING_MARKUP)
     count = 0
     for heading in heading_path:
-        opening = _HEADING_START.match(rest)
-        if not heading.split() or opening is None or opening.group(1).split() != heading.split():
+        line, _, after = rest.partition("\n")
+        # A Markdown closing sequence ("## Install ##") is not part of the heading.
+        if not heading.split() or line.rstrip(" \t#\r").split() != heading.split():
             break
-        rest = rest[opening.end() :].lstrip(_HEADING_MARKUP)
+        rest = after.lstrip(_HEADING_MARKUP)
         count += 1
     return count
 
