@@ -63,11 +63,22 @@ demo: install
 	@echo "Query it:  .venv/bin/shardfuse search 'your question' --zone $(DEMO_ZONE)"
 	@echo "Stop it:   .venv/bin/shardfuse down"
 
-# The whole suite: unit and integration tests, then the fault-injection tests (each starts a stack of its own
-# and breaks it: kill -9 workers, restart Redis, stop PostgreSQL, a failing provider).
-test: install lint
-	$(BIN)/python -m pytest
-	$(BIN)/python -m pytest -m faults tests/integration/faults
+# The whole suite: unit and integration tests, and beside them the fault-injection tests (each starts a stack
+# of its own and breaks it: kill -9 workers, restart Redis, stop PostgreSQL, a failing provider). The fault
+# tests spend most of their time waiting (visibility timeouts, restarts: ~90 % of the cores idle), so they run
+# in a second pytest process from the start, on ports of their own; their log is printed when both are done.
+# Either failing fails `make test`; lint failing stops the fault tests at once.
+FAULTS_LOG := .cache/faults.log
+test: install
+	@mkdir -p .cache
+	@echo "fault-injection tests: running beside lint and the main suite (follow them: tail -f $(FAULTS_LOG))"
+	@$(BIN)/python -m pytest -p no:cacheprovider -m faults tests/integration/faults > $(FAULTS_LOG) 2>&1 & \
+	faults=$$!; \
+	if $(MAKE) --no-print-directory lint; then $(BIN)/python -m pytest; main=$$?; \
+	else main=1; kill -INT $$faults; fi; \
+	wait $$faults; faults_rc=$$?; \
+	echo; echo "==== fault-injection tests (exit $$faults_rc; $(FAULTS_LOG)) ===="; cat $(FAULTS_LOG); \
+	[ $$main -eq 0 ] && [ $$faults_rc -eq 0 ]
 
 # The fault-injection tests alone (docs/reliability.md).
 test-faults: install
