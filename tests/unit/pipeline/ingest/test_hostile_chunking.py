@@ -1,9 +1,9 @@
 """The chunkers are linear in their input on hostile text: for every family of tests/support/hostile_text.py
 (open HTML tags, unclosed headings, heading runs, deep nesting, headers without bodies, ...), chunking four
 times the text takes about four times as long, measured side by side in one run, never the sixteen times of
-a quadratic scan. Time is this thread's CPU time, so another process busy on the same cores (the fault tests run
-beside this suite in ``make test``) does not move the ratio. (The absolute figures, 1 MB in under a second, are the benchmark's:
-tests/benchmarks/bench_hostile_chunking.py.)
+a quadratic scan. Time is this thread's CPU time, so another process busy on the same cores (the fault tests
+run beside this suite in ``make test``) does not move the ratio. (The absolute figures, 1 MB in under a
+second, are the benchmark's: tests/benchmarks/bench_hostile_chunking.py.)
 
 Sizes are 32 KB and 128 KB, so the whole test takes seconds: every family that was quadratic already showed
 it at these sizes (ratios 12 to 18 before the fix, or a RecursionError)."""
