@@ -31,6 +31,9 @@ class Leg:
     ms: float
     # The zone each hit was found in, by chunk id (a leg built without it: the request's first zone).
     zones: Mapping[str, str] = field(default_factory=dict)
+    # Every candidate the leg scores above zero is in ``hits``: its shards found fewer than they were asked
+    # for (a rare word's keyword leg). A candidate it missed then scored nothing, which fusion must know.
+    complete: bool = False
 
 
 # A vector leg whose searches are running: per batch of shards and zone, its future (each shard's hits,
@@ -81,7 +84,7 @@ class ShardFanOut:
                 hits = shard.keyword(query, zone=zone, limit=limit, where=where or None, stats=stats)
                 merged.extend((shard.shard, hit) for hit in hits)
                 found_in.update((hit.chunk_id, zone) for hit in hits)
-        return Leg(hits=_best(merged, limit), ms=elapsed_ms(t), zones=found_in)
+        return Leg(hits=_best(merged, limit), ms=elapsed_ms(t), zones=found_in, complete=len(merged) < limit)
 
     def later(self, work: Callable[[], T]) -> Future[T]:
         """Leg-level work (it may wait on shard-level work) beside the request's thread: the grep leg."""

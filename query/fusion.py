@@ -6,15 +6,17 @@
 - :func:`convex` — per-leg min-max normalisation, a weighted sum whose weights are renormalised over the
   legs that are on, then min-max normalised again, so scores are comparable across queries;
 - :func:`relative` — the same sum over scores relative to each leg's best (``score / best``), a candidate a
-  leg missed counting as that leg's weakest. Min-max gives a leg's last candidate 0 however close it scored
-  to the first, and a candidate the leg missed 0 too; dividing by the best keeps the gaps the leg measured.
-  On SciFact train (BM25 + all-MiniLM-L6-v2, document level) it beat min-max by ~0.005–0.008 nDCG@10.
+  leg missed counting as that leg's weakest — or as 0 when the leg is *complete* (it returned every
+  candidate it scores above zero: a rare word's keyword leg holds fewer hits than it was asked for). Min-max
+  gives a leg's last candidate 0 however close it scored to the first, and a candidate the leg missed 0 too;
+  dividing by the best keeps the gaps the leg measured. On SciFact train (BM25 + all-MiniLM-L6-v2, document
+  level) it beat min-max by ~0.005–0.008 nDCG@10.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 KEYWORD = "keyword"
@@ -116,14 +118,20 @@ def convex(legs: Mapping[str, Leg], *, weights: Mapping[str, float] | None = Non
     return _linear(legs, weights or {leg: 1.0 for leg in legs}, renormalise=True)
 
 
-def relative(legs: Mapping[str, Leg], *, weights: Mapping[str, float] | None = None) -> list[FusedHit]:
+def relative(legs: Mapping[str, Leg], *, weights: Mapping[str, float] | None = None,
+             complete: Collection[str] = ()) -> list[FusedHit]:
     """:func:`convex` over scores relative to each leg's best (:func:`max_scaled`); a candidate a leg missed
-    scores that leg's lowest scaled score, not 0 (the leg ranked it below everything it returned)."""
-    return _linear(legs, weights or {leg: 1.0 for leg in legs}, renormalise=True, scale=max_scaled, floor=True)
+    scores that leg's lowest scaled score, not 0 (the leg ranked it below everything it returned) — unless
+    the leg is in ``complete``: it returned every candidate it scores at all, so a candidate it missed scored
+    0. Without that, a leg of one hit (a word only one document holds) would give every candidate it missed
+    its one hit's score, and add nothing to that hit's rank."""
+    return _linear(legs, weights or {leg: 1.0 for leg in legs}, renormalise=True, scale=max_scaled, floor=True,
+                   complete=complete)
 
 
 def _linear(legs: Mapping[str, Leg], weights: Mapping[str, float], *, renormalise: bool,
-            scale: Callable[[Leg], dict[str, float]] = min_max, floor: bool = False) -> list[FusedHit]:
+            scale: Callable[[Leg], dict[str, float]] = min_max, floor: bool = False,
+            complete: Collection[str] = ()) -> list[FusedHit]:
     if any(w < 0 for w in weights.values()):
         raise ValueError("fusion weights must not be negative")
     active = {leg: weights.get(leg, 0.0) for leg in legs if weights.get(leg, 0.0) > 0 and legs[leg]}
@@ -134,7 +142,7 @@ def _linear(legs: Mapping[str, Leg], weights: Mapping[str, float], *, renormalis
     scores = dict.fromkeys(ranks, 0.0)
     for leg, weight in active.items():
         values = scale(legs[leg])
-        missed = min(values.values()) if floor and values else 0.0
+        missed = min(values.values()) if floor and values and leg not in complete else 0.0
         for chunk_id in scores:
             scores[chunk_id] += weight * values.get(chunk_id, missed)
     if renormalise:
@@ -159,12 +167,14 @@ def fuse(
     alpha: float = 0.5,
     rrf_k: int = 60,
     weights: Mapping[str, float] | None = None,
+    complete: Collection[str] = (),
 ) -> list[FusedHit]:
     """Fuse with the named method (the request's ``fusion``).
 
     ``weights`` (default 1 per leg) scale each leg on top of the method's own weighting: the router's lean
     and the smaller share of expansion legs. ``alpha`` splits the alpha-based methods between the vector
-    kind and the keyword kind of legs.
+    kind and the keyword kind of legs. ``complete`` names the legs that returned every candidate they score
+    (:func:`relative`'s missed candidates).
     """
     base = {leg: (weights or {}).get(leg, 1.0) for leg in legs}
     _check_alpha(alpha)
@@ -174,6 +184,6 @@ def fuse(
         Fusion.RRF_WEIGHTED: lambda: rrf(legs, k=rrf_k, weights={leg: 2 * w for leg, w in split.items()}),
         Fusion.WEIGHTED: lambda: _linear(legs, split, renormalise=False),
         Fusion.CONVEX: lambda: convex(legs, weights=split),
-        Fusion.RELATIVE: lambda: relative(legs, weights=split),
+        Fusion.RELATIVE: lambda: relative(legs, weights=split, complete=complete),
     }
     return methods[method]()

@@ -169,6 +169,7 @@ class SearchService:
             alpha=request.alpha,
             rrf_k=request.rrf_k or settings.rrf_k,
             weights=leg_weights(legs, plan, grep_weight=settings.grep.leg_weight),
+            complete={name for name, leg in legs.items() if leg.complete},
         )
         timings["fuse"] = elapsed_ms(t)
         t = time.perf_counter()

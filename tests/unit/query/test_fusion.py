@@ -77,6 +77,23 @@ def test_relative_keeps_the_gaps_a_leg_measured() -> None:
     assert {h.chunk_id: h.score for h in missed} == pytest.approx({k: (v - low) / (high - low) for k, v in raw.items()})
 
 
+def test_a_complete_leg_of_one_hit_puts_that_hit_first() -> None:
+    # A word only one document holds: the keyword leg finds it alone, the vector leg (which always fills its
+    # depth) ranks it low. Counted as the leg's weakest, every candidate the keyword leg missed would score
+    # that one hit's score, and the hit would fall to the bottom of the default fusion.
+    legs = {"keyword": [("unique", 7.5)], "vector": [("a", 0.9), ("b", 0.8), ("c", 0.7), ("unique", 0.6)]}
+    ranked = [h.chunk_id for h in fuse(Fusion.RELATIVE, legs, alpha=0.6, complete={"keyword"})]
+    assert ranked[0] == "unique"
+    assert [h.chunk_id for h in fuse(Fusion.RELATIVE, legs, alpha=0.6)][-1] == "unique"  # the leg not complete
+    # Complete or not, a leg with more hits than that keeps its order among them, and every other method is
+    # untouched by the flag.
+    full = {"keyword": [("a", 4.0), ("b", 2.0)], "vector": [("b", 1.0), ("c", 0.5)]}
+    done = {h.chunk_id: h.score for h in relative(full, complete={"keyword"})}
+    assert done["a"] > done["c"] and done["b"] == 1.0
+    for method in Fusion:
+        assert fuse(method, full, complete={"keyword"}) == fuse(method, full) or method is Fusion.RELATIVE
+
+
 def test_min_max_edge_cases_and_dispatch() -> None:
     assert min_max([]) == {} and min_max([("a", 3.0), ("b", 3.0)]) == {"a": 1.0, "b": 1.0}
     legs = {"keyword": _leg("a", "b"), "vector": _leg("b", "a")}

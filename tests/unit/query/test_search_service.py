@@ -12,6 +12,7 @@ from shardfuse.pipeline.core.errors import InvalidQueryError
 from shardfuse.pipeline.embed.providers import HashingEmbedder
 from shardfuse.pipeline.index.lexical.stats import TermStats
 from shardfuse.pipeline.index.store import ChunkFilter, ChunkRecord
+from shardfuse.query.fusion import Fusion
 from shardfuse.query.request import Mode, SearchRequest, parse_request
 from shardfuse.query.search import SearchService
 from shardfuse.query.shard_batches import ShardBatches
@@ -83,6 +84,21 @@ def test_legs_are_merged_across_shards_by_score_then_fused() -> None:
     # every shard was asked for k * over_fetch per leg, in the request's zone
     assert sorted(s0.calls) == [("keyword", "z", 6), ("vector", "z", 6)]
     assert answer["shards"]["queried"] == 2
+
+
+def test_a_word_one_document_holds_ranks_it_first_in_the_default_fusion() -> None:
+    # The keyword leg finds one chunk of the 6 it asked each shard for: it is complete, and the chunks it
+    # missed scored nothing there. The vector leg fills its depth and ranks that chunk last (cosine
+    # similarities sit close together: its last is over half its best).
+    vector = [LegHit(c, s) for c, s in (("a", 0.9), ("b", 0.85), ("c", 0.8), ("d", 0.75), ("e", 0.7), ("u", 0.55))]
+    shard = FakeShard(0, keyword=[LegHit("u", 7.5)], vector=vector, records={c: f"{c}.txt" for c in "abcdeu"})
+    request = SearchRequest(query="zyxwv", zone="z", k=3, fusion=Fusion.RELATIVE, alpha=0.6)
+    assert [r["chunk_id"] for r in _service(shard).search(request)["results"]][0] == "u"
+    # A keyword leg that filled its depth is not complete: what it missed counts as its weakest.
+    full = FakeShard(0, keyword=[LegHit(c, 9.0 - i) for i, c in enumerate("uvwxyz")], vector=vector,
+                     records={c: f"{c}.txt" for c in "abcdeuvwxyz"})
+    assert not _service(full)._fan_out.keyword("q", zones=["z"], where=ChunkFilter(), limit=6).complete
+    assert _service(shard)._fan_out.keyword("q", zones=["z"], where=ChunkFilter(), limit=6).complete
 
 
 def test_a_small_k_still_fetches_the_minimum_depth_per_leg() -> None:
