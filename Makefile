@@ -67,15 +67,17 @@ demo: install
 # of its own and breaks it: kill -9 workers, restart Redis, stop PostgreSQL, a failing provider). The fault
 # tests spend most of their time waiting (visibility timeouts, restarts: ~90 % of the cores idle), so they run
 # in a second pytest process from the start, on ports of their own; their log is printed when both are done.
-# Either failing fails `make test`; lint failing stops the fault tests at once.
+# Either failing fails `make test`; lint failing or Ctrl-C stops the fault tests at once, their stacks torn down
+# (tests/support/faults_pass.py: a background command starts with SIGINT ignored). Lint runs as $(LINT), not as
+# a sub-make, so that `make -n test` only prints.
 FAULTS_LOG := .cache/faults.log
 test: install
 	@mkdir -p .cache
 	@echo "fault-injection tests: running beside lint and the main suite (follow them: tail -f $(FAULTS_LOG))"
-	@$(BIN)/python -m pytest -p no:cacheprovider -m faults tests/integration/faults > $(FAULTS_LOG) 2>&1 & \
-	faults=$$!; \
-	if $(MAKE) --no-print-directory lint; then $(BIN)/python -m pytest; main=$$?; \
-	else main=1; kill -INT $$faults; fi; \
+	@$(BIN)/python -m tests.support.faults_pass > $(FAULTS_LOG) 2>&1 & \
+	faults=$$!; trap 'kill -TERM $$faults 2>/dev/null' INT TERM; \
+	if $(LINT); then $(BIN)/python -m pytest; main=$$?; \
+	else main=1; kill -TERM $$faults; fi; \
 	wait $$faults; faults_rc=$$?; \
 	echo; echo "==== fault-injection tests (exit $$faults_rc; $(FAULTS_LOG)) ===="; cat $(FAULTS_LOG); \
 	[ $$main -eq 0 ] && [ $$faults_rc -eq 0 ]
@@ -109,10 +111,10 @@ bench-scale: install
 # ruff (with max-complexity 10) and mypy --strict over the whole package ([tool.mypy] in pyproject.toml names
 # it). mypy cannot see the editable install: it reads the checkout through .cache/typecheck/shardfuse, a link to
 # the repository root named like the package.
+LINT := $(BIN)/ruff check pipeline query workers tests __init__.py && mkdir -p .cache/typecheck \
+	&& ln -sfn ../.. .cache/typecheck/shardfuse && $(BIN)/mypy
 lint: install
-	$(BIN)/ruff check pipeline query workers tests __init__.py
-	mkdir -p .cache/typecheck && ln -sfn ../.. .cache/typecheck/shardfuse
-	$(BIN)/mypy
+	$(LINT)
 
 down:
 	$(SF) down
