@@ -96,7 +96,10 @@ class GrepService:
             return None
         ranked = sorted(tokens_of, key=lambda c: (-len(tokens_of[c]), -lines_of[c], c))[:limit]
         hits = [(where_found[c].shard, LegHit(c, len(tokens_of[c]) + min(lines_of[c], 100) / 1000)) for c in ranked]
-        return Leg(hits=hits, ms=elapsed_ms(started), zones={c: where_found[c].zone for c in ranked})
+        # Every chunk an untruncated token matched was read: when they all fit, a chunk missing here holds none
+        # of the leg's tokens and fusion may score it 0 there rather than as the leg's weakest hit.
+        return Leg(hits=hits, ms=elapsed_ms(started), zones={c: where_found[c].zone for c in ranked},
+                   complete=len(tokens_of) <= limit)
 
 
 def _literal(token: str) -> GrepPattern | None:
