@@ -82,17 +82,16 @@ def chunk_document(
 def window_spans(text: str, *, counter: TokenCounter, max_tokens: int, overlap_tokens: int) -> list[Span]:
     """Token windows (``fixed`` when ``overlap_tokens`` is 0, else ``overlapping``) as spans."""
     chunks = chunk_text(text, counter=counter, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
-    return [Span(c.start_char, c.end_char) for c in chunks]
+    return [Span(c.start_char, c.end_char, tokens=c.token_count) for c in chunks]
 
 
 def materialize(
     text: str, spans: Sequence[Span], *, counter: TokenCounter, language: str | None, read_symbols: bool = True
 ) -> list[Chunk]:
     """Chunks from spans: text slices, 1-based inclusive line numbers (binary search over the newline
-    offsets, computed once), token counts, ordinals. With ``read_symbols``, a span of a code file that came
-    without symbols (a window strategy) gets them from :func:`shardfuse.pipeline.ingest.symbols.extract_symbols`; the
-    code
-    strategy's spans carry their own."""
+    offsets, computed once), token counts (the span's own when its strategy knew it), ordinals. With
+    ``read_symbols``, a span of a code file that came without symbols (a window strategy) gets them from
+    :func:`shardfuse.pipeline.ingest.symbols.extract_symbols`; the code strategy's spans carry their own."""
     newlines = [m.start() for m in _NEWLINE.finditer(text)]
     chunks = []
     for ordinal, span in enumerate(spans):
@@ -113,7 +112,7 @@ def materialize(
                 end_char=span.end,
                 start_line=bisect_right(newlines, span.start - 1) + 1,
                 end_line=bisect_right(newlines, span.end - 2) + 1 if span.end > span.start else 1,
-                token_count=counter.count(piece),
+                token_count=counter.count(piece) if span.tokens is None else span.tokens,
                 symbols=symbols,
                 language=language,
                 heading_path=span.heading_path,

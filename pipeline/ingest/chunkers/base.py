@@ -40,9 +40,12 @@ class Span:
 
     ``heading_path`` is where the span sits in the document's outline (title > section > subsection) for
     formats that have one; ``symbols`` is what a code span defines (primary symbol, all symbols, role).
+    ``tokens`` is ``counter.count(text[start:end])`` when the strategy already knows it exactly (so the chunk is
+    not encoded again for its count); None when it does not.
     """
 
     start: int
     end: int
     heading_path: tuple[str, ...] = ()
     symbols: ChunkSymbols = NO_SYMBOLS
+    tokens: int | None = None

@@ -55,6 +55,8 @@ __all__ = ["code_spans"]
 
 # A unit whose lines count up to this share of the budget is counted whole before it is declared too large.
 _NEAR = 1.25
+# Lines up to this long have their counts remembered (longer ones rarely repeat).
+_MEMO_LINE_CHARS = 200
 
 
 def code_spans(text: str, *, language: str, counter: TokenCounter, budget: ChunkBudget) -> list[Span]:
@@ -65,11 +67,12 @@ def code_spans(text: str, *, language: str, counter: TokenCounter, budget: Chunk
     if not text.strip():
         return []
     header = _file_header_end(text, language)
-    if header and counter.count(text[:header]) <= budget.max_tokens:
+    if header and (header_tokens := counter.count(text[:header])) <= budget.max_tokens:
         # A file's leading comment block (licence, copyright) is a span of its own: the same text in every
         # file of a project, which the embedding cache and the entropy filter can then recognise.
         rest = code_spans(text[header:], language=language, counter=counter, budget=budget)
-        return [Span(0, header), *(Span(s.start + header, s.end + header, s.heading_path, s.symbols) for s in rest)]
+        return [Span(0, header, tokens=header_tokens),
+                *(Span(s.start + header, s.end + header, s.heading_path, s.symbols, s.tokens) for s in rest)]
     units = layout(text, language)
     packer = _Packer(text, counter, budget.max_tokens)
     pieces: list[_Piece] = []
@@ -81,7 +84,8 @@ def code_spans(text: str, *, language: str, counter: TokenCounter, budget: Chunk
         header = _header_at(units.definitions, unit)
         pieces.extend(_Piece(start, end, (), unit.name, start <= header) for start, end in packer.split(unit))
     return [
-        Span(piece.start, piece.end, symbols=_symbols(text, piece, units, language))
+        Span(piece.start, piece.end, symbols=_symbols(text, piece, units, language),
+             tokens=packer.counted(piece.start, piece.end))
         for piece in pieces
         if not text[piece.start : piece.end].isspace()
     ]
@@ -160,13 +164,31 @@ class _Packer:
         self._max = max_tokens
         self._starts = [0, *(i + 1 for i in newline_offsets(text) if i + 1 < len(text))]
         self._prefix = [0]
+        # Exact counts of the ranges counted so far: a piece's count is then the chunk's, not encoded again.
+        self._counted: dict[tuple[int, int], int] = {}
+        # Code repeats its short lines (blank lines, braces, `return`, decorators): each is encoded once.
+        line_counts: dict[str, int] = {}
         for start, end in zip(self._starts, [*self._starts[1:], len(text)], strict=True):
             if not len(self._prefix) & 0xFFF:
                 checkpoint("chunking")
-            self._prefix.append(self._prefix[-1] + counter.count(text[start:end]))
+            line = text[start:end]
+            tokens = line_counts.get(line) if len(line) <= _MEMO_LINE_CHARS else None
+            if tokens is None:
+                tokens = counter.count(line)
+                if len(line) <= _MEMO_LINE_CHARS:
+                    line_counts[line] = tokens
+            self._prefix.append(self._prefix[-1] + tokens)
 
     def count(self, start: int, end: int) -> int:
-        return self._counter.count(self._text[start:end])
+        """The exact token count of ``[start, end)``, remembered."""
+        tokens = self._counted.get((start, end))
+        if tokens is None:
+            tokens = self._counted[start, end] = self._counter.count(self._text[start:end])
+        return tokens
+
+    def counted(self, start: int, end: int) -> int | None:
+        """``[start, end)``'s exact count if it was counted; else None."""
+        return self._counted.get((start, end))
 
     def estimate(self, start: int, end: int) -> int:
         """The sum of the token counts of the lines in ``[start, end)`` (both line starts, or the text's end)."""

@@ -114,7 +114,7 @@ def semantic_spans(
     doc_title, blocks = _with_title(text, fmt, parse(text), title)
     pieces = _pieces(text, blocks, tokens=_Tokens(text, counter), budget=budget, title=doc_title)
     groups = _checked(text, _pack(pieces, budget), counter=counter, budget=budget)
-    return [Span(start=g[0].start, end=g[-1].end, heading_path=_group_path(g)) for g in groups]
+    return [Span(start=g[0].start, end=g[-1].end, heading_path=_group_path(g), tokens=_group_tokens(g)) for g in groups]
 
 
 def _with_title(text: str, fmt: str, blocks: list[Block], title: str | None) -> tuple[str | None, list[Block]]:
@@ -263,6 +263,13 @@ def _checked(
                     size -= 1
             yield group[:size]
             group = group[size:]
+
+
+def _group_tokens(group: list[_Piece]) -> int | None:
+    """The group's exact token count when its pieces' counts add up (no token crosses a joint), else None."""
+    if len(group) == 1:
+        return group[0].tokens
+    return sum(p.tokens for p in group) if all(p.joint for p in group[1:]) else None
 
 
 def _group_path(group: list[_Piece]) -> tuple[str, ...]:

@@ -45,13 +45,15 @@ def at_line_end(text: str, pos: int) -> bool:
 
 
 def assert_invariants(text: str, spans: list[Span], max_tokens: int) -> None:
-    """Order, coverage of every non-whitespace character, whole lines, and the budget."""
+    """Order, coverage of every non-whitespace character, whole lines, the budget, and a count the span
+    carries is its text's."""
     assert spans, "text with non-whitespace must give spans"
     covered = 0  # everything before this offset is covered
     for i, span in enumerate(spans):
         assert 0 <= span.start < span.end <= len(text)
         piece = text[span.start : span.end]
         assert COUNTER.count(piece) <= max_tokens
+        assert span.tokens is None or span.tokens == COUNTER.count(piece), f"span {i} miscounted"
         if i:
             previous = spans[i - 1]
             assert previous.start < span.start
@@ -462,7 +464,11 @@ def test_other_encodings_count_each_span_on_its_own() -> None:
     budget = ChunkBudget(max_tokens=128, overlap_tokens=8)
     spans = semantic_spans(text, fmt="markdown", counter=OtherEncodingCounter(), budget=budget)
     assert_invariants(text, spans, 128)
-    assert spans == spans_of(text, "markdown", 128)  # same cuts: cl100k's counts add up at line starts
+    # Same cuts: cl100k's counts add up at line starts. Only the carried counts differ: summed for cl100k,
+    # left to be counted (None) where another encoding's pieces were joined.
+    cuts = [(s.start, s.end, s.heading_path) for s in spans]
+    assert cuts == [(s.start, s.end, s.heading_path) for s in spans_of(text, "markdown", 128)]
+    assert any(s.tokens is None for s in spans)
 
 
 def test_unknown_format_raises() -> None:
