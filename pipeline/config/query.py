@@ -76,11 +76,14 @@ class QuerySettings(_Section):
     # The most candidates a request may ask one leg for (its keyword_depth / vector_depth): pgvector's
     # hnsw.ef_search, which a vector leg raises to its depth, stops at 1000.
     max_leg_depth: int = Field(default=1000, ge=1)
-    # The lowest of 40, 64, 100, 128, 160, 200 whose vector recall@10 against exact search is at least 0.95
-    # with the default model's vectors (tests/benchmarks/bench_vector_recall.py, 80,000 texts in 4 shards:
-    # 0.957 a shard, 0.966 the merged leg; 100 gave 0.930 / 0.942: questions about code, whose neighbours are
-    # a few code snippets among prose, are the hard case). Lower it for a corpus of one kind (prose: 0.986 at 40).
-    hnsw_ef_search: int = Field(default=160, ge=1)
+    # HNSW candidates a shard's vector search keeps (pgvector's hnsw.ef_search; never below the search's limit).
+    # Recall@10 against exact search with the default model's vectors (tests/benchmarks/bench_vector_recall.py,
+    # 100,000 texts in 4 shards, SciFact's and CoSQA's queries; session 20): 0.993 a shard and 0.9945 the merged
+    # leg at 64, 0.9979 / 0.9987 at 160. Queries with no close neighbour in the corpus are the hard case: the
+    # same queries over 80,000 texts without CoSQA's code snippets keep 0.894 / 0.909 at 64 and need 160 for
+    # 0.95. 64 cut the hybrid query's p50 by ~28 % against 160 (bench_query's stack). Raise it for a corpus
+    # your queries often miss.
+    hnsw_ef_search: int = Field(default=64, ge=1)
     # Shards sharing one database are read together (query/shard_batches.py): hydration in one statement, the
     # vector leg in this many, each on its own thread and server process (the server searches the shards of
     # one statement one after the other): about the server's cores. 0: one statement per shard.
