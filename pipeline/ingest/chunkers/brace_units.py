@@ -47,7 +47,8 @@ def brace_layout(text: str, language: str) -> Layout:
     return _BraceScan(text, BRACE_LANGUAGES[language]).layout()
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, for speed (never mutated): see markup_blocks.Block.
+@dataclass(slots=True)
 class _Header:
     """A definition header found in the blanked code (``code`` offsets are text offsets + 1)."""
 

@@ -123,7 +123,8 @@ def _file_header_end(text: str, language: str) -> int:
     return offset
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, for speed (never mutated): see markup_blocks.Block.
+@dataclass(slots=True)
 class _Group:
     """Consecutive units packed together; a single unit larger than the budget when ``fits`` is False."""
 
@@ -139,7 +140,7 @@ class _Group:
         return self.units[-1].end
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see _Group
 class _Piece:
     """One span before its symbols: whole top-level ``units``, or a piece of the split definition ``split``."""
 

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, for speed (never mutated): see markup_blocks.Block.
+@dataclass(slots=True)
 class Unit:
     """A line-aligned range of the text: one definition (``name``) or code between definitions.
 

@@ -46,7 +46,8 @@ _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]%][.!?])[\"')\]]*[ \t]+(?=[A-Z0-9(\[\
 _LINE_AWARE_ENCODINGS = frozenset({"cl100k_base", "o200k_base"})
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, for speed (never mutated): see markup_blocks.Block.
+@dataclass(slots=True)
 class _Piece:
     """A block, or a part of an oversize one, that fits the budget on its own."""
 
