@@ -89,7 +89,10 @@ class _Tokens:
         """Whether no token of the text can cross ``pos`` (see the class docstring)."""
         if pos in (0, len(self._text)):
             return True
-        return self._line_aware and self._text[pos - 1] == "\n" and not _BREAK_AFTER_INDENT.match(self._text, pos)
+        if not self._line_aware or self._text[pos - 1] != "\n":
+            return False
+        # A line that starts with anything but whitespace cannot be blank: the pattern is not needed there.
+        return not self._text[pos].isspace() or not _BREAK_AFTER_INDENT.match(self._text, pos)
 
     def _boundary(self, pos: int) -> int | None:
         """The index of the token boundary at ``pos`` if ``pos`` is clean, else None."""

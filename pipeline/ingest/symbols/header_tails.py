@@ -37,7 +37,8 @@ class TailScan:
         self._code = code
         self._specials: list[int] | None = None
         self._base_specials: list[int] | None = None
-        self._memo: dict[tuple[Tail, int], int | None] = {}
+        # Per tail kind, each bracket's answer (keyed by the bracket's offset alone: one lookup a candidate).
+        self._memo: dict[Tail, dict[int, int | None]] = {Tail.BODY: {}, Tail.BODY_OR_DECLARATION: {}}
 
     def end(self, tail: Tail, at: int) -> int | None:
         """Where the match whose pattern part ended at ``at`` ends with its ``tail``; None if it has none."""
@@ -51,14 +52,14 @@ class TailScan:
         inside) is stepped over."""
         code = self._code
         specials = self._all_specials()
-        tail = Tail.BODY_OR_DECLARATION if declaration else Tail.BODY
+        memo = self._memo[Tail.BODY_OR_DECLARATION if declaration else Tail.BODY]
         i = bisect_left(specials, at)
         visited: list[int] = []
         end: int | None = None
         while i < len(specials):
             s = specials[i]
-            if (tail, s) in self._memo:
-                end = self._memo[tail, s]
+            if s in memo:
+                end = memo[s]
                 break
             visited.append(s)
             c = code[s]
@@ -75,7 +76,7 @@ class TailScan:
                     continue
             break  # any other bracket, ";" or "=" ends the search without a body
         for s in visited:
-            self._memo[tail, s] = end
+            memo[s] = end
         return end
 
     def _bases_then_body(self, at: int) -> bool:
