@@ -81,7 +81,7 @@ class QuerySettings(_Section):
     # 100,000 texts in 4 shards, SciFact's and CoSQA's queries; session 20): 0.993 a shard and 0.9945 the merged
     # leg at 64, 0.9979 / 0.9987 at 160. Queries with no close neighbour in the corpus are the hard case: the
     # same queries over 80,000 texts without CoSQA's code snippets keep 0.894 / 0.909 at 64 and need 160 for
-    # 0.95. 64 cut the hybrid query's p50 by ~28 % against 160 (bench_query's stack). Raise it for a corpus
+    # 0.95. 64 cut the hybrid query's p50 by ~21 % against 160 (bench_query, median of 3 runs). Raise it for a corpus
     # your queries often miss.
     hnsw_ef_search: int = Field(default=64, ge=1)
     # Shards sharing one database are read together (query/shard_batches.py): hydration in one statement, the
