@@ -33,6 +33,7 @@ class Group:
     def end(self) -> int:
         return self.units[-1].end
 
+
 class Packer:
     """Packs units of one text into ranges of at most ``max_tokens`` tokens.
 
@@ -56,11 +57,10 @@ class Packer:
             if not len(self._prefix) & 0xFFF:
                 checkpoint("chunking")
             line = text[start:end]
-            tokens = line_counts.get(line) if len(line) <= _MEMO_LINE_CHARS else None
-            if tokens is None:
+            if len(line) > _MEMO_LINE_CHARS:
                 tokens = counter.count(line)
-                if len(line) <= _MEMO_LINE_CHARS:
-                    line_counts[line] = tokens
+            elif (tokens := line_counts.get(line, -1)) < 0:
+                tokens = line_counts[line] = counter.count(line)
             self._prefix.append(self._prefix[-1] + tokens)
 
     def count(self, start: int, end: int) -> int:

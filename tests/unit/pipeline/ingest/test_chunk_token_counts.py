@@ -11,6 +11,7 @@ families, at the default budget and at a small one that cuts far more often.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import celery
@@ -19,9 +20,10 @@ import pytest
 
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers import ChunkBudget, chunk_document
+from shardfuse.pipeline.ingest.chunkers.semantic import semantic_spans
 from tests.support.hostile_text import FAMILIES, STRATEGIES
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[4]
 KINDS = (".py", ".md", ".rst", ".html", ".js", ".css", ".txt", ".toml", ".yml")
 FILES_PER_KIND = 12
 BUDGETS = (ChunkBudget(max_tokens=512, overlap_tokens=64), ChunkBudget(max_tokens=48, overlap_tokens=8))
@@ -63,3 +65,18 @@ def test_every_chunk_of_hostile_text_counts_its_own_text(counter: TokenCounter, 
         chunks = chunk_document(build(6_000), path=path, counter=counter, budget=budget, strategies=STRATEGIES)
         assert chunks
         assert [c.token_count for c in chunks] == [counter.count(c.text) for c in chunks]
+
+
+def test_sentences_joined_inside_a_line_are_counted_whole(counter: TokenCounter) -> None:
+    # A line over the budget is cut at sentence ends, and its sentences joined again: there a token crosses
+    # each joint (" Alpha" is one token, " " + "Alpha" two), so the pieces' counts do not add up. Such a span
+    # carries no count, and its chunk is counted on its own text.
+    rng = random.Random(18)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+    sentences = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 9))).capitalize() + "." for _ in range(40)]
+    text = "# Title\n\n" + " ".join(sentences) + "\n\nNext paragraph.\n"
+    budget = ChunkBudget(max_tokens=48, overlap_tokens=4)
+    spans = semantic_spans(text, fmt="markdown", counter=counter, budget=budget)
+    assert any(s.tokens is None for s in spans), "no span joined sentences inside a line"
+    chunks = chunk_document(text, path="notes.md", counter=counter, budget=budget, strategies=STRATEGIES)
+    assert [c.token_count for c in chunks] == [counter.count(c.text) for c in chunks]
