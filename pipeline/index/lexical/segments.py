@@ -272,16 +272,18 @@ def _top(scores: npt.NDArray[np.float32], k: int, ids: npt.NDArray[np.str_]) -> 
     """Positions of the ``k`` highest scores above zero (fewer when fewer score), unordered; among equal
     scores at the cut, the lowest chunk ids (``ids``, by position), as the hits are ordered after.
 
-    The ``k``-th highest score is found by ``np.partition`` (no index array: half the cost of
-    ``argpartition``), every position at or above it kept, and only when ties at that score leave more than
-    ``k`` are they ordered by score and id.
+    Only the scoring positions are partitioned: most of a shard's scores are zero, and ``np.partition`` over
+    an array of mostly equal values is pathologically slow near its end (1.95 ms for 25,000 scores of which
+    3,000 are non-zero, against 0.05 ms for the 3,000; numpy 2, this machine). The ``k``-th highest score
+    is found by ``np.partition`` (no index array: half the cost of ``argpartition``), every position at or
+    above it kept, and only when ties at that score leave more than ``k`` are they ordered by score and id.
     """
     if k <= 0 or len(scores) == 0:
         return np.zeros(0, dtype=np.int64)
-    floor = np.float32(0.0)
-    if k < len(scores):
-        floor = max(floor, np.partition(scores, len(scores) - k)[len(scores) - k])
-    best = np.flatnonzero(scores >= floor) if floor > 0 else np.flatnonzero(scores > 0)
+    best = np.flatnonzero(scores > 0)
     if len(best) > k:
-        best = best[np.lexsort((ids[best], -scores[best]))[:k]]
+        scored = scores[best]
+        best = best[scored >= np.partition(scored, len(scored) - k)[len(scored) - k]]
+        if len(best) > k:
+            best = best[np.lexsort((ids[best], -scores[best]))[:k]]
     return best
