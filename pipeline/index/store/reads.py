@@ -114,8 +114,11 @@ def vector_conditions(where: ChunkFilter | None, column: str) -> tuple[sql.Compo
 
 
 def vector_hits(rows: Sequence[Row]) -> list[VectorHit]:
-    """Rows as hits; a row without a vector in the column (a zone that left the model) has no distance: never a hit."""
-    return [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows if r[1] is not None]
+    """Rows as hits, best first (an iterative scan returns them in a relaxed order: :mod:`.nearest`); a row without
+    a vector in the column (a zone that left the model) has no distance: never a hit."""
+    hits = [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows if r[1] is not None]
+    hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
+    return hits
 
 
 def matching_chunk_ids(
