@@ -114,10 +114,11 @@ def vector_conditions(where: ChunkFilter | None, column: str) -> tuple[sql.Compo
 
 
 def vector_hits(rows: Sequence[Row]) -> list[VectorHit]:
-    """Rows as hits, best first (an iterative scan returns them in a relaxed order: :mod:`.nearest`); a row without
-    a vector in the column (a zone that left the model) has no distance: never a hit."""
+    """Rows as hits, best first (an iterative scan returns them in a relaxed order: :mod:`.nearest`), equal scores
+    in the order the server returned them; a row without a vector in the column (a zone that left the model) has
+    no distance: never a hit."""
     hits = [VectorHit(chunk_id=r[0], score=float(r[1])) for r in rows if r[1] is not None]
-    hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
+    hits.sort(key=lambda hit: -hit.score)  # stable
     return hits
 
 
