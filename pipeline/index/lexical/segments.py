@@ -197,11 +197,13 @@ class Generation:
             # Rows of documents rewritten or deleted since the generation: the delta holds what is current.
             scores[self.delta.masked_rows] = 0.0
         best = _top(scores, top, self.chunk_ids)
-        # _top keeps positive scores only, and the mask zeroes every other zone's, so the zone check never drops
-        # a hit; it stays as the guarantee that no query ever sees another zone's chunk.
-        best = best[self.zone_codes[best] == code]
-        return [LexicalHit(chunk_id, score)
-                for chunk_id, score in zip(self.chunk_ids[best].tolist(), scores[best].tolist(), strict=True)]
+        hits: list[LexicalHit] = []
+        for doc, score in zip(best.tolist(), scores[best].tolist(), strict=True):
+            # _top keeps positive scores only, and the mask zeroes every other zone's, so the zone check never
+            # drops a hit; it stays as the guarantee that no query ever sees another zone's chunk.
+            if int(self.zone_codes[doc]) == code:
+                hits.append(LexicalHit(str(self.chunk_ids[doc]), float(score)))
+        return hits
 
     def _search_delta(self, delta: DeltaSegment, counts: Counter[str], *, zone: str, k: int,
                       allowed: Collection[str] | None, stats: TermStats | None) -> list[LexicalHit]:
