@@ -134,15 +134,18 @@ def prepare_query(query: str) -> QueryTerms:
     )
 
 
-def boost(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings,
-          fields: Sequence[tuple[str, float]] | None = None) -> Boost:
-    """The multiplier for ``candidate`` (1.0 with no reasons when boosting is off); ``fields``: the settings'
-    weighted fields (:func:`weighted_fields`), when the caller boosts many candidates."""
+def boost(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings) -> Boost:
+    """The multiplier for ``candidate`` (1.0 with no reasons when boosting is off)."""
+    return _boost(query_terms, candidate, settings, _weighted_fields(settings))
+
+
+def _boost(query_terms: QueryTerms, candidate: Candidate, settings: BoostSettings,
+           fields: Sequence[tuple[str, float]]) -> Boost:
+    """:func:`boost`, with the settings' weighted fields read once by a caller that boosts many candidates."""
     if not settings.enabled:
         return NO_BOOST
     reasons: list[str] = []
-    field_factor = _field_factor(query_terms, candidate, weighted_fields(settings) if fields is None else fields,
-                                 reasons)
+    field_factor = _field_factor(query_terms, candidate, fields, reasons)
     exactness = _exactness(query_terms, candidate, settings, reasons)
     tier = definition_tier(query_terms.name, symbols=candidate.symbols, primary_symbol=candidate.primary_symbol,
                            role=candidate.role, settings=settings, reasons=reasons)
@@ -163,9 +166,9 @@ def rerank(
     A hit of a higher tier has the best score of the tiers below added to its own, so scores fall with the
     rank. Scores must not be negative (fused scores never are), or a boost would push a hit down."""
     boosted: list[tuple[T, float, Boost]] = []
-    fields = weighted_fields(settings)
+    fields = _weighted_fields(settings)
     for hit in hits:
-        hit_boost = boost(query_terms, candidate_of(hit), settings, fields)
+        hit_boost = _boost(query_terms, candidate_of(hit), settings, fields)
         boosted.append((hit, score_of(hit) * hit_boost.factor, hit_boost))
     # sorted() is stable, so equal scores keep their fused order.
     ranked = sorted(boosted, key=lambda entry: (-entry[2].tier, -entry[1]))
@@ -218,7 +221,7 @@ def _field_factor(query_terms: QueryTerms, candidate: Candidate, fields: Sequenc
     return best
 
 
-def weighted_fields(settings: BoostSettings) -> list[tuple[str, float]]:
+def _weighted_fields(settings: BoostSettings) -> list[tuple[str, float]]:
     """The fields whose weight can raise the factor above 1.0, heaviest (by default) first; a field of
     weight 1.0 or less is never tokenized at all."""
     return [(field, weight) for field in FIELDS if (weight := float(getattr(settings, field))) > 1.0]
