@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE ?= 1
 DEMO_ZONE    := demo
 DEMO_SOURCES := pipeline query workers docs config tests README.md Makefile pyproject.toml
 
-.PHONY: demo test test-faults bench bench-scale install lint typecheck down clean flower-screenshot prometheus-screenshot
+.PHONY: demo test test-faults bench bench-ab bench-scale install lint typecheck down clean flower-screenshot prometheus-screenshot
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -99,6 +99,12 @@ bench: install
 	@if ls tests/benchmarks/bench_*.py >/dev/null 2>&1; then \
 		$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider -o python_files='bench_*.py'; \
 	else echo "no benchmarks yet: tests/benchmarks/bench_*.py arrive with the performance work"; fi
+
+# This working tree's query path against BASELINE's (a git revision), taking turns on one loaded stack
+# (tests/benchmarks/query_ab.py): how a change to the query path is told from the host's drift. ~8 minutes.
+bench-ab: install
+	@[ -n "$(BASELINE)" ] || { echo "usage: make bench-ab BASELINE=<git revision>"; exit 2; }
+	$(BIN)/python -m tests.benchmarks.query_ab $(BASELINE)
 
 # How each figure grows with the corpus (docs/performance.md): one stack grown to each size, then the plot.
 # Not part of `make bench`: ~15 minutes here (a million chunks). SHARDFUSE_SCALE_SIZES picks the sizes (chunks).
