@@ -37,11 +37,13 @@ from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.pipeline.index.store.schema import SHARED_SCHEMA
 from shardfuse.pipeline.storage.cas import LocalContentStore
 from shardfuse.workers import monitor
+from shardfuse.workers.names import PIPELINE_QUEUES
 from shardfuse.workers.publishing import CeleryEventSink
 from shardfuse.workers.stack import processes, up
 from shardfuse.workers.stack.layout import StackLayout
 from tests.integration.conftest import Stack, running_stack
 from tests.integration.faults.both_legs import Expected, LegsReport, assert_found_on_both_legs, unique_word
+from tests.integration.faults.pending import describe_pending
 
 DOCUMENTS = 2000
 CORPUS_SEED = 6
@@ -270,7 +272,11 @@ def drain(stack: Stack, *, timeout: float = 300.0, quiet_s: float = 2.0) -> None
             quiet_since = None if not state["idle"] else quiet_since or now
             if quiet_since is not None and now - quiet_since >= quiet_s:
                 return
-            assert now < deadline, f"the pipeline did not drain within {timeout:.0f} s: {state}"
+            if now >= deadline:
+                detail = describe_pending(client, queues=[q.value for q in PIPELINE_QUEUES],
+                                          logs=StackLayout(settings.data_path).logs_dir)
+                raise AssertionError(f"the pipeline did not drain within {timeout:.0f} s: {state}\n"
+                                     + "\n".join(detail))
             time.sleep(0.2)
     finally:
         client.close()
