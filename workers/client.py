@@ -29,8 +29,8 @@ class SearchClient:
     def __init__(self, settings: Settings) -> None:
         self._app = create_app(settings)
         # No ``task-sent`` event per search: it is one more Redis publish before the query even leaves
-        # (0.6-0.9 ms of a ~21 ms RPC, measured). Flower still shows every search from the query worker's
-        # own events (received, started, succeeded); only a search still waiting in the queue is unseen.
+        # (0.6-0.9 ms of a ~21 ms RPC, measured). With ``workers.search_events`` on, Flower shows every search
+        # from the query worker's own events (received, started, succeeded); only one still queued is unseen.
         self._app.conf.task_send_sent_event = False
         self._timeout = settings.query.rpc_timeout_s
         self._retry_after_s = settings.query.rpc_retry_after_s

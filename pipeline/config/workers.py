@@ -26,9 +26,12 @@ class WorkerSettings(_Section):
     maintenance_limits: TaskLimits = TaskLimits(soft_s=900, hard_s=960)
     query_limits: TaskLimits = TaskLimits(soft_s=30, hard_s=35)
     # Whether the query pool sends Celery task events (received, started, succeeded) for each search, which is
-    # what shows searches in Flower. Off saves three Redis publishes a search: RPC p50 13.45 -> 12.97 ms in one
-    # A/B (docs/performance.md, session 17); the query latency metrics still count every search.
-    search_events: bool = True
+    # what lists searches in Flower. Off by default: the worker's main loop publishes those events while the
+    # search runs, and they took the GIL from it: the worker's keyword stage 1.07 ms slower and the RPC p50
+    # 1.3 ms slower with them on (medians of six interleaved pairs, docs/performance.md, session 22). And at
+    # many searches a second they would push the pipeline's tasks out of Flower's task list. The pool still
+    # shows in Flower (worker events); the query metrics count every search.
+    search_events: bool = False
     # The pool's Prometheus endpoint: its main process serves /metrics of every process of the pool on this
     # port, all interfaces (shardfuse.workers.observability); 0: none. A prefork pool also needs the
     # PROMETHEUS_MULTIPROC_DIR variable (docs/operations.md).

@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     # Imported here: they need the data directory and this revision's stack, not needed for --help.
     from tests.benchmarks import direct_load, scale
 
+    if not (scale.DATA / "scifact" / "queries.jsonl").is_file():
+        parser.error(f"the benchmark corpus and queries (SciFact) are not under {scale.DATA}")
     chunks = int(os.environ.get("SHARDFUSE_BENCH_CHUNKS", "100000"))
     head = _git("rev-parse", "--short", "HEAD") + (" (+ uncommitted changes)" if _git("status", "--porcelain") else "")
     with tempfile.TemporaryDirectory(prefix="shardfuse-ab-") as tmp:

@@ -34,12 +34,12 @@ def test_a_workers_tasks_take_the_time_limits_of_its_own_settings() -> None:
     assert default_app.tasks[Task.INGEST.value].soft_time_limit == Settings().workers.ingest_limits.soft_s
 
 
-def test_searches_send_task_events_unless_the_settings_turn_them_off() -> None:
+def test_searches_send_task_events_only_when_the_settings_turn_them_on() -> None:
     for module in TASK_MODULES:
         importlib.import_module(module)
-    quiet = create_app(Settings(workers={"search_events": False}))
+    loud = create_app(Settings(workers={"search_events": True}))
     default = create_app(Settings())
     # What the worker checks before sending task-received, task-started and task-succeeded for a message.
-    assert quiet.tasks[Task.SEARCH.value].send_events is False
-    assert all(quiet.tasks[task.value].send_events is True for task in Task if task is not Task.SEARCH)
-    assert all(default.tasks[task.value].send_events is True for task in Task)
+    assert default.tasks[Task.SEARCH.value].send_events is False
+    assert all(default.tasks[task.value].send_events is True for task in Task if task is not Task.SEARCH)
+    assert all(loud.tasks[task.value].send_events is True for task in Task)
