@@ -27,10 +27,11 @@ class WorkerSettings(_Section):
     query_limits: TaskLimits = TaskLimits(soft_s=30, hard_s=35)
     # Whether the query pool sends Celery task events (received, started, succeeded) for each search, which is
     # what lists searches in Flower. Off by default: the worker's main loop publishes those events while the
-    # search runs, and they took the GIL from it: the worker's keyword stage 1.07 ms slower and the RPC p50
-    # 1.3 ms slower with them on (medians of six interleaved pairs, docs/performance.md, session 22). And at
-    # many searches a second they would push the pipeline's tasks out of Flower's task list. The pool still
-    # shows in Flower (worker events); the query metrics count every search.
+    # search runs, and they took the GIL from it: with them on, the RPC p50 was 1.76 ms higher and the worker's
+    # keyword stage 1.35 ms slower (medians of ten interleaved pairs on one stack, higher in all ten;
+    # docs/performance.md, session 22). And at many searches a second they would push the pipeline's
+    # tasks out of Flower's task list. The pool still shows in Flower (worker events); the query metrics count
+    # every search.
     search_events: bool = False
     # The pool's Prometheus endpoint: its main process serves /metrics of every process of the pool on this
     # port, all interfaces (shardfuse.workers.observability); 0: none. A prefork pool also needs the
