@@ -101,7 +101,7 @@ bench: install
 	else echo "no benchmarks yet: tests/benchmarks/bench_*.py arrive with the performance work"; fi
 
 # This working tree's query path against BASELINE's (a git revision), taking turns on one loaded stack
-# (tests/benchmarks/query_ab.py): how a change to the query path is told from the host's drift. ~8 minutes.
+# (tests/benchmarks/query_ab.py): how a change to the query path is told from the host's drift. ~7 minutes.
 bench-ab: install
 	@[ -n "$(BASELINE)" ] || { echo "usage: make bench-ab BASELINE=<git revision>"; exit 2; }
 	$(BIN)/python -m tests.benchmarks.query_ab $(BASELINE)
