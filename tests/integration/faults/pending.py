@@ -25,48 +25,48 @@ def describe_pending(client: Any, *, queues: Iterable[str], logs: Path | None = 
     now = time.time() if now is None else now
     wanted = set(queues)
     lines: list[str] = []
+    task_ids: list[str] = []
+
+    def add(where: str, payload: Any, size: int) -> None:
+        headers = payload.get("headers") if isinstance(payload, dict) else None
+        if not isinstance(headers, dict):
+            lines.append(f"{where}: an item that is no task message ({size} bytes)")
+            return
+        task_ids.append(str(headers.get("id")))
+        lines.append(f"{where}: {headers.get('task')}[{headers.get('id')}], retries {headers.get('retries')}, "
+                     f"published {_ago(headers.get(PUBLISHED_HEADER), now)}")
+
     for queue in sorted(wanted):
         for item in client.lrange(queue, 0, -1):
-            lines.append(f"waiting in {queue}: {_message(item, now)}")
+            add(f"waiting in {queue}", _json(item), len(item))
     for inbox, raw in client.hgetall(INBOXES_KEY).items():
         entry = _json(raw) or {}
         if entry.get("queue") not in wanted:
             continue
         for item in client.lrange(inbox, 0, -1):
-            seen = entry.get("seen")
-            lines.append(f"in inbox {_text(inbox)} (holder {entry.get('holder')}, registered "
-                         f"{_ago(seen, now)}): {_message(item, now)}")
+            add(f"in inbox {_text(inbox)} (holder {entry.get('holder')}, registered {_ago(entry.get('seen'), now)})",
+                _json(item), len(item))
     delivered = {_text(tag): score for tag, score in client.zrange(UNACKED_INDEX, 0, -1, withscores=True)}
     for tag, raw in client.hgetall(UNACKED).items():
-        record = _json(raw)
+        record = _json(raw)  # kombu's [payload, exchange, routing key]
         if not isinstance(record, list) or len(record) != 3 or record[2] not in wanted:
             continue
-        payload, _, queue = record
-        lines.append(f"unacked from {queue} (tag {_text(tag)}, delivered {_ago(delivered.get(_text(tag)), now)}): "
-                     f"{_message(json.dumps(payload), now)}")
-    return lines + (_log_mentions(lines, logs) if logs is not None else [])
+        add(f"unacked from {record[2]} (tag {_text(tag)}, delivered {_ago(delivered.get(_text(tag)), now)})",
+            record[0], len(raw))
+    return lines + (_log_mentions(task_ids, logs) if logs is not None else [])
 
 
-def _message(item: bytes | str, now: float) -> str:
-    payload = _json(item)
-    headers = payload.get("headers") if isinstance(payload, dict) else None
-    if not isinstance(headers, dict):
-        return f"an item that is no task message ({len(item)} bytes)"
-    return (f"{headers.get('task')}[{headers.get('id')}], retries {headers.get('retries')}, "
-            f"published {_ago(headers.get(PUBLISHED_HEADER), now)}")
-
-
-def _log_mentions(lines: list[str], logs: Path) -> list[str]:
-    """The last lines of every log under ``logs`` that name a task id of ``lines``."""
-    ids = [line.split("[", 1)[1].split("]", 1)[0] for line in lines if "[" in line]
+def _log_mentions(task_ids: list[str], logs: Path) -> list[str]:
+    """The last ``LOG_LINES`` lines of every log under ``logs`` that name each of ``task_ids`` (each log read once)."""
+    texts = [(log.name, log.read_text(errors="replace").splitlines())
+             for log in sorted(logs.glob("*")) if log.is_file()]
     out: list[str] = []
-    for task_id in ids:
-        if not task_id or task_id == "None":
+    for task_id in task_ids:
+        if task_id in ("", "None"):
             continue
-        for log in sorted(logs.glob("*")):
-            if log.is_file():
-                hits = [line for line in log.read_text(errors="replace").splitlines() if task_id in line]
-                out.extend(f"  {log.name}: {hit[:300]}" for hit in hits[-LOG_LINES:])
+        for name, log_lines in texts:
+            hits = [line for line in log_lines if task_id in line]
+            out.extend(f"  {name}: {hit[:300]}" for hit in hits[-LOG_LINES:])
     return out
 
 
