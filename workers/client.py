@@ -8,19 +8,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from celery.exceptions import TimeoutError as CeleryTimeout
-from celery.result import AsyncResult
-
 from shardfuse.pipeline.admin.publisher import Publisher
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.pipeline.storage.opening import open_content_store
+from shardfuse.workers import replies
 from shardfuse.workers.app import create_app
 from shardfuse.workers.names import Task
 from shardfuse.workers.publishing import CeleryEventSink
-
-# While a search sent again waits for its answer, how often the first copy is looked at too.
-RETRY_POLL_S = 0.2
 
 
 class SearchClient:
@@ -34,59 +29,40 @@ class SearchClient:
         self._app.conf.task_send_sent_event = False
         self._timeout = settings.query.rpc_timeout_s
         self._retry_after_s = settings.query.rpc_retry_after_s
+        # The result backend's Redis (its URL, password and TLS settings): where the replies come back.
+        self._redis = self._app.backend.client
 
     def search(self, query: str, zone: str | None = None, **options: Any) -> dict[str, Any]:
         """Search ``zone`` (or several, ``zones=[...]`` instead) for ``query``; ``options`` are any other
         :class:`~shardfuse.query.request.SearchRequest` fields (``k``, ``mode``, ``fusion``, ``filters``,
         ``min_score``, ``keyword_depth``, ``include_text``, ...). What the caller leaves out (or passes as None,
         for ``fusion`` and ``alpha``) the query worker's settings decide. A refused request raises the worker's
-        :class:`InvalidQueryError`."""
+        :class:`InvalidQueryError`.
+
+        The answer comes back on a reply list of its own (workers/replies.py). The search is sent again once
+        if it is not answered within ``query.rpc_retry_after_s`` (its worker may have died holding it: the
+        broker gives a dead worker's messages back only after ``2 × delivery.dead_after_s``); both copies
+        reply onto the same list, so whichever answers first wins."""
         arguments = {"query": query, **({} if zone is None else {"zone": zone}), **options}
         deadline = time.monotonic() + self._timeout
-        sent: list[AsyncResult] = []
-        try:
-            return self._first_answer(arguments, sent, deadline)
-        except CeleryTimeout as exc:
-            raise StoreUnavailableError(
-                f"no query worker answered within {self._timeout:g}s (is the stack up? try `shardfuse status`)"
-            ) from exc
-        finally:
-            for result in sent:
-                result.forget()
-
-    def _send(self, arguments: dict[str, Any], sent: list[AsyncResult], deadline: float) -> AsyncResult:
-        # expires: a query nobody waits for any more is dropped instead of answered late.
-        result = self._app.send_task(Task.SEARCH.value, kwargs=arguments,
-                                     expires=max(deadline - time.monotonic(), 0.001))
-        sent.append(result)
-        return result
-
-    def _first_answer(self, arguments: dict[str, Any], sent: list[AsyncResult], deadline: float) -> dict[str, Any]:
-        """The answer of the search, sent again once if the first copy is not answered within
-        ``query.rpc_retry_after_s`` (its worker may have died holding it: the broker gives a dead worker's
-        messages back only after ``2 × delivery.dead_after_s``); whichever copy is answered first wins."""
-        first = self._send(arguments, sent, deadline)
-        if not 0 < self._retry_after_s < self._timeout:
-            answer: dict[str, Any] = first.get(timeout=self._timeout)
-            return answer
-        try:
-            answer = first.get(timeout=self._retry_after_s)
-            return answer
-        except CeleryTimeout:
-            pass
-        again = self._send(arguments, sent, deadline)
-        while True:
-            # Wait on the new copy (the backend wakes us when it is answered); look at the first in between.
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise CeleryTimeout("the search was not answered in time")
-            try:
-                answer = again.get(timeout=min(remaining, RETRY_POLL_S))
+        address = replies.new_address()
+        self._send(arguments, address, deadline)
+        if 0 < self._retry_after_s < self._timeout:
+            answer = replies.wait(self._redis, address, self._retry_after_s)
+            if answer is not None:
                 return answer
-            except CeleryTimeout:
-                if first.ready():
-                    answer = first.get(timeout=remaining)
-                    return answer
+            self._send(arguments, address, deadline)
+        answer = replies.wait(self._redis, address, deadline - time.monotonic())
+        if answer is None:
+            raise StoreUnavailableError(
+                f"no query worker answered within {self._timeout:g}s (is the stack up? try `shardfuse status`)")
+        return answer
+
+    def _send(self, arguments: dict[str, Any], address: str, deadline: float) -> None:
+        # expires: a query nobody waits for any more is dropped instead of answered late. ignore_result: the
+        # answer goes to ``address``, not to the result backend.
+        self._app.send_task(Task.SEARCH.value, kwargs=arguments, reply_to=address, ignore_result=True,
+                            expires=max(deadline - time.monotonic(), 0.001))
 
 
 def remote_search(settings: Settings, query: str, zone: str | None = None, **options: Any) -> dict[str, Any]:

@@ -10,7 +10,10 @@ from textwrap import dedent
 import pytest
 
 from shardfuse.pipeline.core.errors import InvalidQueryError
+from shardfuse.workers import replies
+from shardfuse.workers.app import create_app
 from shardfuse.workers.client import SearchClient
+from shardfuse.workers.names import Task
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
@@ -148,3 +151,24 @@ def test_the_command_line_takes_the_new_fields(indexed: Stack) -> None:
     assert "src/cache.py:19-24" in printed
     refused = indexed.cli("search", "x", "--zone", "req22a", "--vector-depth", "0", check=False)
     assert refused.returncode == 2 and "vector_depth must be an integer from 1 to" in refused.stderr
+
+
+def test_a_client_s_answer_comes_on_its_reply_list_and_a_plain_celery_caller_s_from_the_result_backend(
+        indexed: Stack) -> None:
+    """workers/replies.py: a SearchClient's search stores nothing in the result backend and leaves no reply
+    list behind; a caller sending ``shardfuse.search`` through Celery itself still gets its answer there."""
+    app = create_app(indexed.settings)
+    backend = app.backend.client
+    metas = set(backend.keys("celery-task-meta-*"))
+    answer = _client(indexed).search("pangolinword note", zone="req22a", k=3, mode="keyword", cache=False)
+    assert [r["zone"] for r in answer["results"]] == ["req22a"] * 3
+    assert set(backend.keys("celery-task-meta-*")) == metas and not backend.keys(f"{replies.PREFIX}*")
+
+    sent = app.send_task(Task.SEARCH.value, kwargs={"query": "pangolinword note", "zone": "req22b", "k": 3,
+                                                     "mode": "keyword", "cache": False})
+    try:
+        plain = sent.get(timeout=30)
+        assert [r["zone"] for r in plain["results"]] == ["req22b"] * 3
+        assert backend.exists(f"celery-task-meta-{sent.id}") and not backend.keys(f"{replies.PREFIX}*")
+    finally:
+        sent.forget()

@@ -18,6 +18,7 @@ from shardfuse.pipeline.core.errors import InvalidQueryError
 from shardfuse.pipeline.core.failpoints import Failpoint
 from shardfuse.pipeline.observability import metrics
 from shardfuse.query.request import Mode, parse_request
+from shardfuse.workers import replies
 from shardfuse.workers.celery_app import app
 from shardfuse.workers.names import Task
 
@@ -44,7 +45,21 @@ def _timed(mode: Any) -> Iterator[dict[str, str]]:
 def search(self: CeleryTask, **arguments: Any) -> dict[str, Any]:
     """Validate, fan out to every shard, fuse. Errors reach the caller as the task's exception: a bad or
     unknown argument is an :class:`InvalidQueryError` saying which (and, for an unknown one, the arguments
-    the task takes), never a ``TypeError`` from the worker's call."""
+    the task takes), never a ``TypeError`` from the worker's call. A :class:`SearchClient`'s search gets its
+    answer or error on its reply list (workers/replies.py); any other caller's, from the result backend."""
+    address = replies.address_of(self.request.reply_to)
+    if address is None:
+        return _search(self, arguments)
+    try:
+        answer = _search(self, arguments)
+    except Exception as exc:
+        replies.send(self.app.backend.client, address, replies.failure(exc))
+        raise
+    replies.send(self.app.backend.client, address, replies.success(answer))
+    return answer
+
+
+def _search(self: CeleryTask, arguments: dict[str, Any]) -> dict[str, Any]:
     with _timed(arguments.get("mode", Mode.HYBRID.value)) as timing:
         runtime = self.app.shardfuse_runtime.get()
         failpoints.reach(Failpoint.SEARCH_STARTED, runtime.settings.failpoints)
