@@ -379,8 +379,12 @@ def test_eval_scores_every_mode_on_a_small_beir_folder(stack: Stack, tmp_path: P
     # each query names its document's two leading words: keyword search finds every one first
     assert report["keyword"]["ndcg@10"] == 1.0 and report["keyword"]["mrr@10"] == 1.0
     assert report["hybrid"]["recall@100"] == 1.0
+    # The second pass asks at k=10, as a user would, and is scored too.
+    assert report["keyword"]["k10_ndcg@10"] == 1.0 and report["keyword"]["k10_mrr@10"] == 1.0
     for row in report.values():
         assert row["queries"] == 6 and 0 < row["latency_p50_ms"] <= row["latency_p95_ms"]
+        assert 0 < row["k10_ndcg@10"] <= 1 and 0 < row["k10_latency_p50_ms"] <= row["k10_latency_p95_ms"]
+    assert any(line.startswith("mode") and "k10_ndcg@10" in line for line in proc.stdout.splitlines())
     again = stack.cli("eval", str(tmp_path), "--json", "--zone", "evaltiny", "--modes", "keyword")
     assert "not republishing" in again.stderr and set(json.loads(again.stdout.strip().splitlines()[-1])) == {"keyword"}
     wrong = stack.cli("eval", str(tmp_path), "--shards", "5", check=False)
