@@ -26,7 +26,7 @@ from shardfuse.pipeline.core import errors
 from shardfuse.pipeline.core.errors import ShardfuseError, StoreUnavailableError
 
 # Every reply list's name starts with this: a worker pushes onto no other key, whatever a message names.
-PREFIX = "shardfuse.reply."
+PREFIX = "shardfuse:reply:"
 # How long an answer nobody took stays (the client gave up, or a second copy answered after the first).
 TTL_S = 60
 # The longest single BLPOP: below the socket timeout of Celery's backend client (``redis_socket_timeout``,
