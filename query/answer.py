@@ -32,14 +32,14 @@ ATTRIBUTION = ("title", "url", "source")
 def results(
     ranked: Sequence[Ranked], *, k: int, leg_scores: Mapping[str, Mapping[str, float]], located: Mapping[str, int],
     settings: QuerySettings, query_terms: QueryTerms | None = None, min_score: float | None = None,
-    include_text: bool = True,
+    include_text: bool = True, max_per_file: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The top ``k`` of ``ranked`` scoring at least ``min_score``, after at most ``max_chunks_per_file`` per
-    file; the first ``full_text_top_n`` carry their chunk's text, the rest a snippet, none any with
+    """The top ``k`` of ``ranked`` scoring at least ``min_score``, after at most ``max_per_file`` per file
+    (None: no cap); the first ``full_text_top_n`` carry their chunk's text, the rest a snippet, none any with
     ``include_text=False``. With ``query_terms``, a result whose chunk defines what the query names gets that
     definition's lines."""
     kept = ranked if min_score is None else [entry for entry in ranked if entry[1] >= min_score]
-    per_file = diversify(kept, key=lambda r: file_key(r[0][1]), max_per_key=settings.max_chunks_per_file or None)
+    per_file = diversify(kept, key=lambda r: file_key(r[0][1]), max_per_key=max_per_file)
     found = []
     for rank, entry in enumerate(islice(per_file, k), start=1):
         result = _result(rank, entry, leg_scores=leg_scores, shard=located[entry[0][0].chunk_id], settings=settings)

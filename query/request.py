@@ -110,6 +110,13 @@ def _grep_only(value: bool | None, info: ValidationInfo) -> bool | None:
     return value
 
 
+def _ranked_only(value: int | None, info: ValidationInfo) -> int | None:
+    """``max_per_file`` caps ranked chunks; a grep answers lines, where it would silently do nothing."""
+    if value is not None and info.data.get("mode") is Mode.GREP:
+        raise ValueError("does not apply to mode 'grep', whose results are lines")
+    return value
+
+
 def _finite(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"is {value}; a filter value must be a finite number")
@@ -186,6 +193,10 @@ class SearchRequest(BaseModel):
                             AfterValidator(_at_most_max_leg_depth)] = None
     # False: results without ``text`` (nor ``truncated``): ids, paths, lines, scores and metadata only.
     include_text: Annotated[StrictBool, Field(description="true or false")] = True
+    # At most this many results from one file (a zone's path), e.g. 1 for a list of distinct documents; 0: no
+    # cap. None: query.max_chunks_per_file. Not for mode="grep", whose results are lines.
+    max_per_file: Annotated[Annotated[StrictInt, Field(ge=0)] | None,
+                            Field(description="an integer of at least 0"), AfterValidator(_ranked_only)] = None
     # mode="grep" only: the query is an RE2 regular expression (else a literal); matching is case-sensitive
     # (as grep's and ripgrep's is) unless case_sensitive is false. None: not given.
     regex: Annotated[StrictBool | None, Field(description=_SWITCH), AfterValidator(_grep_only)] = None

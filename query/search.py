@@ -174,9 +174,10 @@ class SearchService:
         timings["fuse"] = elapsed_ms(t)
         t = time.perf_counter()
         shards = located(list(legs.values()))
+        per_file = settings.max_chunks_per_file if request.max_per_file is None else request.max_per_file
         present = hydrate_enough(self._fan_out, fused, shards=shards, k=request.k,
                                  zones=located_zones(list(legs.values()), default=request.zone),
-                                 rerank_depth=settings.rerank_depth, max_per_file=settings.max_chunks_per_file or None)
+                                 rerank_depth=settings.rerank_depth, max_per_file=per_file or None)
         timings["hydrate"] = elapsed_ms(t)
         t = time.perf_counter()
         query_terms = prepare_query(request.query)
@@ -188,7 +189,7 @@ class SearchService:
                       if name in legs}
         results = answer.results(ranked, k=request.k, leg_scores=leg_scores, located=shards, settings=settings,
                                  query_terms=query_terms, min_score=request.min_score,
-                                 include_text=request.include_text)
+                                 include_text=request.include_text, max_per_file=per_file or None)
         timings["total"] = elapsed_ms(started)
         counts = answer.candidate_counts({name: len(leg.hits) for name, leg in legs.items()}, fused=len(fused),
                                          hydrated=len(present))

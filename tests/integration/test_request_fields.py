@@ -153,6 +153,30 @@ def test_the_command_line_takes_the_new_fields(indexed: Stack) -> None:
     assert refused.returncode == 2 and "vector_depth must be an integer from 1 to" in refused.stderr
 
 
+def test_a_request_s_per_file_cap_over_a_file_of_many_chunks(indexed: Stack) -> None:
+    sections = [f"## Part {i}\n\n" + " ".join(f"Paragraph {j} of part {i} describes the walrusword migration "
+                                                f"routes along cold coasts." for j in range(25))
+                for i in range(6)]
+    with indexed.publisher() as publisher:
+        publisher.write(zone="req22d", path="guide.md", data="\n\n".join(sections).encode())
+    indexed.wait()
+    client = _client(indexed)
+
+    def paths(**cap: int) -> list[str]:
+        answer = client.search("walrusword migration", zone="req22d", k=10, mode="keyword", cache=False, **cap)
+        return [r["path"] for r in answer["results"]]
+
+    everything = paths(max_per_file=0)
+    assert len(everything) >= 4 and set(everything) == {"guide.md"}
+    assert paths() == ["guide.md"] * 3  # query.max_chunks_per_file
+    assert paths(max_per_file=1) == ["guide.md"]
+    printed = json.loads(indexed.cli("search", "walrusword migration", "--zone", "req22d", "--mode", "keyword",
+                                     "--max-per-file", "2", "--json").stdout)
+    assert [r["path"] for r in printed["results"]] == ["guide.md"] * 2
+    refused = indexed.cli("search", "walrusword", "--zone", "req22d", "--grep", "--max-per-file", "1", check=False)
+    assert refused.returncode == 2 and "max_per_file does not apply to mode 'grep'" in refused.stderr
+
+
 def test_a_client_s_answer_comes_on_its_reply_list_and_a_plain_celery_caller_s_from_the_result_backend(
         indexed: Stack) -> None:
     """workers/replies.py: a SearchClient's search stores nothing in the result backend and leaves no reply

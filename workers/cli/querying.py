@@ -39,6 +39,8 @@ def register(sub: Any) -> None:
     search.add_argument("--vector-depth", type=int, help="candidates the vector leg brings to fusion")
     search.add_argument("--include-text", action=argparse.BooleanOptionalAction, default=None,
                         help="results with their text (default) or without (--no-include-text)")
+    search.add_argument("--max-per-file", type=int, help="at most this many results from one file (1: distinct "
+                        "documents; 0: no cap; default: query.max_chunks_per_file)")
     search.add_argument("--grep", action="store_const", const=Mode.GREP.value, dest="mode",
                         help="the lines holding the query verbatim (same as --mode grep)")
     search.add_argument("--regex", action="store_const", const=True, help="grep for the query as an RE2 regex")

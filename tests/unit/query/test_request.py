@@ -14,7 +14,7 @@ from shardfuse.query.request import ARGUMENTS, Mode, SearchRequest, parse_reques
 # The wire contract of ``shardfuse.search``: callers have always sent these keyword arguments.
 WIRE_ARGUMENTS = ("query", "zone", "k", "mode", "fusion", "alpha", "rrf_k", "path_prefix", "filters", "cache",
                   "boost", "route", "expand", "rerank", "model", "zones", "min_score", "min_similarity",
-                  "keyword_depth", "vector_depth", "include_text", "regex", "case_sensitive")
+                  "keyword_depth", "vector_depth", "include_text", "max_per_file", "regex", "case_sensitive")
 
 
 def test_the_model_fields_are_the_task_arguments_callers_send() -> None:

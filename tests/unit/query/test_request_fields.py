@@ -80,6 +80,16 @@ def test_a_threshold_must_be_a_finite_number(value: object) -> None:
     assert "min_score must be a number of at least 0" in _refused(zone="z", min_score=value)
 
 
+def test_the_per_file_cap_is_taken_checked_and_refused_for_grep() -> None:
+    assert _parse(zone="z", max_per_file=1).max_per_file == 1
+    assert _parse(zone="z", max_per_file=0).max_per_file == 0  # no cap
+    assert _parse(zone="z").max_per_file is None  # query.max_chunks_per_file
+    assert _refused(zone="z", max_per_file=-1) == "max_per_file must be an integer of at least 0, got -1"
+    assert _refused(zone="z", max_per_file=1.5) == "max_per_file must be an integer of at least 0, got 1.5"
+    assert _refused(zone="z", mode="grep", max_per_file=1) == (
+        "max_per_file does not apply to mode 'grep', whose results are lines")
+
+
 def test_the_depth_bound_follows_the_settings() -> None:
     settings = QuerySettings(max_leg_depth=50)
     assert _parse(settings, zone="z", vector_depth=50).vector_depth == 50

@@ -192,6 +192,23 @@ def test_results_are_diversified_per_file_and_only_the_top_carry_full_text() -> 
     assert len(unlimited.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD))["results"]) == 8
 
 
+def test_a_request_s_per_file_cap_overrides_the_setting() -> None:
+    ids = [f"c{i}" for i in range(8)]
+    records = {c: ("same.py" if i < 5 else f"other{i}.py") for i, c in enumerate(ids)}
+    shard = FakeShard(0, keyword=[LegHit(c, 10.0 - i) for i, c in enumerate(ids)], vector=[], records=records)
+    service = SearchService(shards=[shard], embedder=HashingEmbedder(16),
+                            settings=QuerySettings(over_fetch=2, max_chunks_per_file=2))
+
+    def ranked(**cap: int) -> list[str]:
+        answer = service.search(SearchRequest(query="q", zone="z", k=8, mode=Mode.KEYWORD, **cap))
+        return [r["chunk_id"] for r in answer["results"]]
+
+    assert ranked() == ["c0", "c1", "c5", "c6", "c7"]  # the setting's 2
+    assert ranked(max_per_file=1) == ["c0", "c5", "c6", "c7"]  # distinct files
+    assert ranked(max_per_file=0) == ids  # no cap
+    assert ranked(max_per_file=3) == ["c0", "c1", "c2", "c5", "c6", "c7"]
+
+
 def test_filters_reach_both_legs_of_every_shard() -> None:
     shards = [FakeShard(i, keyword=[], vector=[], records={}) for i in range(2)]
     request = _parse(query="q", zone="z", path_prefix="src/", filters={"lang": "py"})
