@@ -36,15 +36,6 @@ class Leg:
     complete: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Ahead:
-    """Records being fetched before fusion (:meth:`ShardFanOut.hydrate_ahead`): the ids asked for, and the
-    fetch."""
-
-    ids: frozenset[str]
-    records: Future[dict[str, ChunkRecord]]
-
-
 # A vector leg whose searches are running: per batch of shards and zone, its future (each shard's hits,
 # milliseconds).
 PendingLeg = list[tuple[str, Future[tuple[dict[int, list[LegHit]], float]]]]
@@ -115,28 +106,12 @@ class ShardFanOut:
         return [(zone, self._pool.submit(_timed, search(batch, zone)))
                 for zone in zones for batch in self._batches.vector]
 
-    def hydrate_ahead(self, leg: Leg, count: int, *, zone: str) -> Ahead:
-        """:meth:`hydrate` of ``leg``'s best ``count`` hits on another thread: the keyword leg's, fetched while
-        the vector leg's searches are still running (most of them are among the fused candidates)."""
-        hits = leg.hits[:count]
-        ids = [hit.chunk_id for _, hit in hits]
-        located = {hit.chunk_id: shard for shard, hit in hits}
-        zones = {chunk_id: leg.zones.get(chunk_id, zone) for chunk_id in ids}
-        return Ahead(frozenset(ids), self._phases.submit(self.hydrate, ids, located, zones=zones))
-
     def hydrate(
-        self, chunk_ids: list[str], located: dict[str, int], *, zones: Mapping[str, str],
-        ahead: Ahead | None = None,
+        self, chunk_ids: list[str], located: dict[str, int], *, zones: Mapping[str, str]
     ) -> dict[str, ChunkRecord]:
         """The chunks of ``chunk_ids`` still there, each fetched from its shard (``located``) within its own
         zone (``zones``, by chunk id): one fetch per batch of shards (a database's, query/shard_batches.py), and
-        a record of any other zone is never kept. The last batch is fetched on this thread, the others beside it.
-        ``ahead`` (:meth:`hydrate_ahead`): the ids it was asked for are taken from it, not fetched again."""
-        if ahead is not None:
-            records = self.hydrate([c for c in chunk_ids if c not in ahead.ids], located, zones=zones)
-            wanted = set(chunk_ids)
-            records.update((c, record) for c, record in ahead.records.result().items() if c in wanted)
-            return records
+        a record of any other zone is never kept. The last batch is fetched on this thread, the others beside it."""
         batch_of = {shard: batch for batch in self._batches.fetch for shard in batch.shards}
         asked: dict[int, tuple[ShardBatch, dict[tuple[int, str], list[str]]]] = {}
         for chunk_id in chunk_ids:

@@ -35,10 +35,10 @@ from shardfuse.pipeline.index.store import ChunkRecord
 from shardfuse.query import answer
 from shardfuse.query.boosts import NO_BOOST, Candidate, QueryTerms, prepare_query, rerank
 from shardfuse.query.expansion.expander import Expansion, QueryExpander
-from shardfuse.query.fan_out import Ahead, Leg, PendingLeg, ShardFanOut, elapsed_ms, located, located_zones, merge
+from shardfuse.query.fan_out import Leg, PendingLeg, ShardFanOut, elapsed_ms, located, located_zones, merge
 from shardfuse.query.fusion import KEYWORD, VECTOR, FusedHit, fuse
 from shardfuse.query.grep.service import GrepService
-from shardfuse.query.hydration import hydrate_enough, window
+from shardfuse.query.hydration import hydrate_enough
 from shardfuse.query.leg_weights import leg_weights
 from shardfuse.query.request import Mode, SearchRequest
 from shardfuse.query.rerank.stage import NO_RERANK, RerankStage, cacheable
@@ -157,7 +157,7 @@ class SearchService:
         # A code-like query's exact tokens: the grep leg's searches run beside the other two legs.
         grep = (self._fan_out.later(lambda: self._grep.legs(request, limit, timings=timings))
                 if self._grep.leg_tokens(request) else None)
-        legs, ahead = self._legs(request, limit, model.name, embedder=embedder, timings=timings)
+        legs = self._legs(request, limit, model.name, embedder=embedder, timings=timings)
         if grep is not None:
             legs.update(grep.result())
         expansion = self._expand(request, limit, model, legs=legs, timings=timings)
@@ -177,7 +177,7 @@ class SearchService:
         per_file = settings.max_chunks_per_file if request.max_per_file is None else request.max_per_file
         present = hydrate_enough(self._fan_out, fused, shards=shards, k=request.k,
                                  zones=located_zones(list(legs.values()), default=request.zone),
-                                 rerank_depth=settings.rerank_depth, max_per_file=per_file or None, ahead=ahead)
+                                 rerank_depth=settings.rerank_depth, max_per_file=per_file or None)
         timings["hydrate"] = elapsed_ms(t)
         t = time.perf_counter()
         query_terms = prepare_query(request.query)
@@ -203,9 +203,8 @@ class SearchService:
 
     def _legs(
         self, request: SearchRequest, limit: int, model: str, *, embedder: Embedder, timings: dict[str, float]
-    ) -> tuple[dict[str, Leg], Ahead | None]:
-        """The request's keyword and vector legs, each merged across shards; and, in hybrid mode, the keyword
-        leg's best hits being fetched while the vector leg finishes (hydration takes them from there)."""
+    ) -> dict[str, Leg]:
+        """The request's keyword and vector legs, each merged across shards."""
         # The vector leg is the long one (an HNSW search per shard, in PostgreSQL): its searches are sent
         # first, and the keyword leg (numpy in this process) runs while the server works on them.
         vector: PendingLeg | None = None
@@ -218,18 +217,13 @@ class SearchService:
         keyword = (self._fan_out.keyword(request.query, zones=request.zones, where=request.where,
                                          limit=request.keyword_depth or limit)
                    if request.mode.uses_keyword else None)
-        # The keyword leg is done first (~3 ms against the vector leg's ~5 at 100,000 chunks): its best hits'
-        # records are fetched in that gap. Measured in docs/performance.md (session 23).
-        ahead = (self._fan_out.hydrate_ahead(keyword, window(request.k, self._settings.rerank_depth),
-                                             zone=request.zone)
-                 if keyword is not None and vector is not None and keyword.hits else None)
         legs: dict[str, Leg] = {}
         if vector is not None:
             legs[VECTOR] = merge(vector, request.vector_depth or limit, min_score=request.min_similarity)
         if keyword is not None:
             legs[KEYWORD] = keyword
         timings.update((name, leg.ms) for name, leg in legs.items())
-        return legs, ahead
+        return legs
 
     def _expand(
         self, request: SearchRequest, limit: int, model: _Model, *, legs: dict[str, Leg], timings: dict[str, float]

@@ -26,7 +26,6 @@ class FakeShard:
         self.calls: list[tuple[str, str, int]] = []
         self.wheres: list[ChunkFilter | None] = []
         self.models: list[str] = []
-        self.fetches: list[tuple[str, ...]] = []
 
     def keyword_stats(self, query: str, *, zone: str) -> TermStats:
         return TermStats(docs=len(self._records), df={query: len(self._keyword)})
@@ -47,7 +46,6 @@ class FakeShard:
         return self._vector[:limit]
 
     def fetch(self, chunk_ids: Sequence[str], *, zone: str) -> dict[str, ChunkRecord]:
-        self.fetches.append(tuple(chunk_ids))
         known = [c for c in chunk_ids if c in self._records]
         return {c: ChunkRecord(c, zone, self._records[c], 1, 2, f"text of {c}") for c in known}
 
@@ -155,36 +153,6 @@ def test_invalid_requests_are_rejected_before_any_shard_is_touched(kwargs: dict[
     args: dict[str, object] = {"query": "q", "zone": "z", "k": 10, "mode": "hybrid", "fusion": "rrf", **kwargs}
     with pytest.raises(InvalidQueryError, match=message):
         _parse(**args)
-
-
-def test_the_keyword_leg_s_hits_are_fetched_ahead_once_and_hydration_fetches_only_the_rest() -> None:
-    records = {c: f"{c}.py" for c in "abcdefg"}
-    shard = FakeShard(0, keyword=[LegHit(c, 9.0 - i) for i, c in enumerate("abcde")],
-                      vector=[LegHit("f", 0.9), LegHit("b", 0.8), LegHit("g", 0.7), LegHit("gone", 0.6)],
-                      records=records)
-    hybrid = _service(shard).search(SearchRequest(query="q", zone="z", k=3))
-    # Ahead: the keyword leg's hits (the hydration window, 50, holds them all); after fusion: only the vector
-    # leg's own, "gone" among them (no longer stored: dropped, as any hit that does not hydrate).
-    assert sorted(shard.fetches) == [("a", "b", "c", "d", "e"), ("f", "g", "gone")]
-    assert len(hybrid["results"]) == 3 and "gone" not in {r["chunk_id"] for r in hybrid["results"]}
-    assert all(r["text"] == f"text of {r['chunk_id']}" for r in hybrid["results"])
-
-    alone = FakeShard(0, keyword=[LegHit(c, 9.0 - i) for i, c in enumerate("abcde")], vector=[], records=records)
-    keyword = _service(alone).search(SearchRequest(query="q", zone="z", k=3, mode=Mode.KEYWORD))
-    assert alone.fetches == [("a", "b", "c", "d", "e")]  # no vector leg to overlap: fetched once, after fusion
-    assert [r["chunk_id"] for r in keyword["results"]] == ["a", "b", "c"]
-
-
-def test_only_the_hydration_window_is_fetched_ahead() -> None:
-    ids = [f"c{i:02}" for i in range(40)]
-    shard = FakeShard(0, keyword=[LegHit(c, 100.0 - i) for i, c in enumerate(ids)], vector=[LegHit("c00", 0.9)],
-                      records={c: f"{c}.py" for c in ids})
-    settings = NEUTRAL_SETTINGS.model_copy(update={"rerank_depth": 4})
-    service = SearchService(shards=[shard], embedder=HashingEmbedder(16), settings=settings)
-    answer = service.search(SearchRequest(query="q", zone="z", k=4, keyword_depth=40))
-    assert shard.fetches[0] == tuple(ids[:6])  # max(1.5 × k, rerank_depth) = 6 of the keyword leg's 40
-    assert [r["chunk_id"] for r in answer["results"]] == ids[:4]
-    assert sum(len(f) for f in shard.fetches) == 6  # the fused window is the same six: nothing fetched again
 
 
 def test_the_requested_fusion_decides_the_order() -> None:
@@ -469,5 +437,4 @@ def test_shards_read_in_batches_answer_as_shards_read_one_by_one() -> None:
     assert [(r["chunk_id"], r["shard"], r["path"], r["score"]) for r in batched["results"]] == [
         (r["chunk_id"], r["shard"], r["path"], r["score"]) for r in one_by_one["results"]]
     assert len(batched["results"]) == 8
-    # One call per batch and step: the vector search, the keyword hits fetched ahead, the vector hits after fusion.
-    assert [sorted(b.calls) for b in batches] == [["fetch", "fetch", "vector"]] * 2
+    assert [b.calls for b in batches] == [["vector", "fetch"], ["vector", "fetch"]]  # one call per batch and step
