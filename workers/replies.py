@@ -16,6 +16,7 @@ answer from the result backend: the worker replies here only to a ``reply_to`` i
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from typing import Any, Protocol
@@ -24,6 +25,8 @@ from redis.exceptions import RedisError
 
 from shardfuse.pipeline.core import errors
 from shardfuse.pipeline.core.errors import ShardfuseError, StoreUnavailableError
+
+logger = logging.getLogger(__name__)
 
 # Every reply list's name starts with this: a worker pushes onto no other key, whatever a message names.
 PREFIX = "shardfuse:reply:"
@@ -73,6 +76,15 @@ def send(client: RedisLists, address: str, reply: bytes) -> None:
         pipe.execute()
     except RedisError as exc:
         raise StoreUnavailableError(f"cannot send the search's reply to the result backend: {exc}") from exc
+
+
+def send_failure(client: RedisLists, address: str, exc: BaseException) -> None:
+    """Push the search's error onto ``address``; if that fails too, log it and return, so that the task goes
+    on to raise the search's own error, not the reply's (the client times out, or sends the search again)."""
+    try:
+        send(client, address, failure(exc))
+    except StoreUnavailableError as unsent:
+        logger.warning("the error of the search replying to %s was not sent: %s", address, unsent)
 
 
 def wait(client: RedisLists, address: str, timeout_s: float) -> dict[str, Any] | None:

@@ -53,7 +53,7 @@ def search(self: CeleryTask, **arguments: Any) -> dict[str, Any]:
     try:
         answer = _search(self, arguments)
     except Exception as exc:
-        replies.send(self.app.backend.client, address, replies.failure(exc))
+        replies.send_failure(self.app.backend.client, address, exc)
         raise
     replies.send(self.app.backend.client, address, replies.success(answer))
     return answer

@@ -78,3 +78,16 @@ def test_redis_errors_become_store_unavailable() -> None:
         replies.send(down, replies.new_address(), replies.success({}))
     with pytest.raises(StoreUnavailableError, match="cannot read"):
         replies.wait(down, replies.new_address(), 0.1)
+
+
+def test_an_error_that_cannot_be_sent_is_logged_not_raised_over_the_search_s_own(
+        client: fakeredis.FakeRedis, caplog: pytest.LogCaptureFixture) -> None:
+    address = replies.new_address()
+    replies.send_failure(client, address, InvalidQueryError("k must be at least 1"))
+    with pytest.raises(InvalidQueryError, match="k must be at least 1"):
+        replies.wait(client, address, 1.0)
+    down = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    down.connection_pool.connection_kwargs["server"].connected = False
+    with caplog.at_level("WARNING", logger="shardfuse.workers.replies"):
+        replies.send_failure(down, address, InvalidQueryError("k must be at least 1"))  # returns
+    assert "was not sent" in caplog.text and address in caplog.text
