@@ -103,12 +103,19 @@ def wait(client: RedisLists, address: str, timeout_s: float) -> dict[str, Any] |
 
 
 def _decoded(raw: bytes) -> dict[str, Any]:
-    reply = json.loads(raw)
-    if "error" in reply:
-        kind, message = str(reply["error"]["type"]), str(reply["error"]["message"])
+    """The answer a reply holds, or the error it names raised; anything else on the list (it is a plain
+    Redis key) is a :class:`RemoteSearchError` saying so, never a ``KeyError``."""
+    try:
+        reply = json.loads(raw)
+        error, answer = (reply.get("error"), reply.get("answer")) if isinstance(reply, dict) else (None, None)
+    except ValueError:
+        error = answer = None
+    if isinstance(error, dict):
+        kind, message = str(error.get("type")), str(error.get("message"))
         found = getattr(errors, kind, None)
         if isinstance(found, type) and issubclass(found, ShardfuseError):
             raise found(message)
         raise RemoteSearchError(f"{kind}: {message}")
-    answer: dict[str, Any] = reply["answer"]
+    if not isinstance(answer, dict):
+        raise RemoteSearchError(f"the search's reply is not an answer or an error: {raw[:80]!r}")
     return answer

@@ -57,6 +57,15 @@ def test_any_other_error_names_its_type(client: fakeredis.FakeRedis) -> None:
         replies.wait(client, address, 1.0)
 
 
+@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'{"answer": 3}', b'{"other": {}}', b"\xff\xfe"])
+def test_anything_else_on_the_list_is_a_remote_search_error_saying_so(client: fakeredis.FakeRedis,
+                                                                      raw: bytes) -> None:
+    address = replies.new_address()
+    client.rpush(address, raw)
+    with pytest.raises(replies.RemoteSearchError, match="not an answer or an error"):
+        replies.wait(client, address, 1.0)
+
+
 def test_a_wait_with_no_answer_returns_none_once_its_time_is_up(client: fakeredis.FakeRedis) -> None:
     started = time.monotonic()
     assert replies.wait(client, replies.new_address(), 0.2) is None
