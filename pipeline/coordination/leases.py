@@ -21,9 +21,11 @@ Redis errors reach callers as ours (:mod:`shardfuse.pipeline.coordination.redis_
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
@@ -39,26 +41,38 @@ _WHAT = "document leases"
 LEASE_PREFIX = "shardfuse:lease:"
 FENCE_KEY = "shardfuse:fence"
 
-# KEYS: lease, fence counter. ARGV: holder, ttl ms, alive-key prefix, "reclaim" to take back a lease this
-# holder left behind. Returns {token, ""} when taken, {0, current holder} when a live holder has it.
+# KEYS: the fence counter, then one lease per document. ARGV: holder, ttl ms, alive-key prefix, then per
+# document "reclaim" to take back a lease this holder left behind (else ""). Returns, per document,
+# token, "" when taken, or 0, current holder when a live holder has it. One round trip for a message's
+# documents: the documents of a message are taken together, and given back together.
 _ACQUIRE = """
-local held = redis.call('HGET', KEYS[1], 'holder')
-if held and redis.call('EXISTS', ARGV[3] .. held) == 1 and not (ARGV[4] == 'reclaim' and held == ARGV[1]) then
-    return {0, held}
+local out = {}
+for i = 2, #KEYS do
+    local held = redis.call('HGET', KEYS[i], 'holder')
+    if held and redis.call('EXISTS', ARGV[3] .. held) == 1 and not (ARGV[i + 2] == 'reclaim' and held == ARGV[1]) then
+        out[#out + 1] = 0
+        out[#out + 1] = held
+    else
+        local token = redis.call('INCR', KEYS[1])
+        redis.call('DEL', KEYS[i])
+        redis.call('HSET', KEYS[i], 'holder', ARGV[1], 'token', token)
+        redis.call('PEXPIRE', KEYS[i], ARGV[2])
+        out[#out + 1] = token
+        out[#out + 1] = ''
+    end
 end
-local token = redis.call('INCR', KEYS[2])
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'token', token)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {token, ''}
+return out
 """
 
-# KEYS: lease. ARGV: token. Deletes the lease only if it is still this token's.
+# KEYS: leases. ARGV: their tokens. Deletes each lease only if it is still that token's; returns how many.
 _RELEASE = """
-if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
+local released = 0
+for i = 1, #KEYS do
+    if redis.call('HGET', KEYS[i], 'token') == ARGV[i] then
+        released = released + redis.call('DEL', KEYS[i])
+    end
 end
-return 0
+return released
 """
 
 # KEYS: fence counter. ARGV: a token the counter must reach.
@@ -87,6 +101,19 @@ class Lease:
     holder: str
 
 
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """A document another live process (or another run in this one) holds the lease of."""
+
+    zone: str
+    path: str
+    holder: str
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class DocumentLeases:
     """Leases of documents held by one process (``holder``, kept alive by its heartbeat)."""
 
@@ -109,41 +136,73 @@ class DocumentLeases:
         ``ttl_s`` only bounds a lease whose holder keeps beating but never releases it; a dead holder's
         lease is taken over at once.
         """
-        key = lease_key(zone, path)
-        with self._lock_for(key):
+        (taken,) = self.acquire_many([(zone, path)])
+        return taken if isinstance(taken, Lease) else None
+
+    def acquire_many(self, documents: Sequence[tuple[str, str]]) -> list[Lease | Busy]:
+        """:meth:`acquire` for each of ``documents`` (zone, path), in one round trip: its lease, or who holds
+        it (:class:`Busy`). A document named twice is taken once: its second mention is :class:`Busy`, held
+        by this process, as a second :meth:`acquire` would find it."""
+        if not documents:
+            return []
+        keys = [lease_key(zone, path) for zone, path in documents]
+        # Every stripe the keys fall on, in one order, so two threads taking overlapping batches never
+        # wait on each other crosswise.
+        locks = [self._locks[i] for i in sorted({self._stripe(key) for key in keys})]
+        with contextlib.ExitStack() as held:
+            for lock in locks:
+                held.enter_context(lock)
             # A lease this process holds under our name but is not working under was left behind: its
             # release failed (Redis was down). Take it back rather than wait lease_s for it to expire.
-            reclaim = "" if key in self._active else "reclaim"
+            seen: set[str] = set()
+            reclaim = []
+            for key in keys:
+                reclaim.append("" if key in self._active or key in seen else "reclaim")
+                seen.add(key)
             with redis_errors(self.client, _WHAT):
-                token, _held_by = self._acquire(keys=[key, FENCE_KEY],
-                                                args=[self.holder, self.ttl_ms, ALIVE_PREFIX, reclaim])
-            if int(token) == 0:
-                return None
-            self._active.add(key)
-        return Lease(zone=zone, path=path, token=int(token), holder=self.holder)
+                reply = self._acquire(keys=[FENCE_KEY, *keys],
+                                      args=[self.holder, self.ttl_ms, ALIVE_PREFIX, *reclaim])
+            taken: list[Lease | Busy] = []
+            for (zone, path), key, token, holder in zip(documents, keys, reply[0::2], reply[1::2], strict=True):
+                if int(token) == 0:
+                    taken.append(Busy(zone=zone, path=path, holder=_text(holder)))
+                else:
+                    self._active.add(key)
+                    taken.append(Lease(zone=zone, path=path, token=int(token), holder=self.holder))
+        return taken
 
-    def _lock_for(self, key: str) -> threading.Lock:
-        return self._locks[hash(key) % _LOCK_STRIPES]
+    def _stripe(self, key: str) -> int:
+        return hash(key) % _LOCK_STRIPES
 
     def holder_of(self, zone: str, path: str) -> str | None:
         with redis_errors(self.client, _WHAT):
             held = self.client.hget(lease_key(zone, path), "holder")
-        return None if held is None else held.decode() if isinstance(held, bytes) else str(held)
+        return None if held is None else _text(held)
 
     def release(self, lease: Lease) -> bool:
         """Give the lease back; False when it had already lapsed (another holder may have it now) or Redis
         could not be reached. Never raises: a caller releasing several leases must reach every one, and a
         lease left behind is taken back by this process's next :meth:`acquire` (or over by another's once
         this one stops beating)."""
-        key = lease_key(lease.zone, lease.path)
-        with self._lock_for(key):
-            self._active.discard(key)  # even if Redis is unreachable now: acquire then takes it back
+        return self.release_many([lease]) == 1
+
+    def release_many(self, leases: Sequence[Lease]) -> int:
+        """:meth:`release` for each of ``leases``, in one round trip; how many were still theirs to give
+        back (0 when Redis could not be reached). Never raises."""
+        if not leases:
+            return 0
+        keys = [lease_key(lease.zone, lease.path) for lease in leases]
+        for key in keys:
+            with self._locks[self._stripe(key)]:
+                self._active.discard(key)  # even if Redis is unreachable now: acquire then takes it back
         try:
-            return bool(self._release(keys=[key], args=[lease.token]))
+            return int(self._release(keys=keys, args=[lease.token for lease in leases]))
         except redis.RedisError as exc:
-            log.warning("could not release the lease of [%s] %s (%s); it is taken back at its next acquire",
-                        lease.zone, lease.path, exc)
-            return False
+            first = leases[0]
+            log.warning("could not release the lease(s) of %d document(s) ([%s] %s%s: %s); each is taken back at "
+                        "its next acquire", len(leases), first.zone, first.path,
+                        "" if len(leases) == 1 else ", ...", exc)
+            return 0
 
     def raise_floor(self, token: int) -> int:
         """Make the next token larger than ``token`` (one a shard reported); returns the counter."""

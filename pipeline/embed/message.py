@@ -1,4 +1,5 @@
-"""One message of chunked documents through the embed stage: each document leased, handed to the
+"""One message of chunked documents through the embed stage: each document leased (the message's leases
+taken in one round trip and given back in one), handed to the
 process's batcher (which embeds it with other messages' documents and writes it to its shard), and waited
 for until a deadline.
 
@@ -17,8 +18,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shardfuse.pipeline.coordination.lease_holding import Leases, take_lease
-from shardfuse.pipeline.coordination.leases import Lease
+from shardfuse.pipeline.coordination.lease_holding import Leases, busy_error
+from shardfuse.pipeline.coordination.leases import Busy, Lease
 from shardfuse.pipeline.core.documents import PreparedDocument
 from shardfuse.pipeline.core.errors import LeaseLostError, TransientError
 from shardfuse.pipeline.index.store import ApplyOutcome
@@ -78,31 +79,43 @@ def embed_message(
     among ``shards``, fails alone with a permanent :class:`InvalidEventError`.
     """
     failures: list[Failure] = []
-    pending: list[_Pending] = []
+    parsed: list[tuple[Any, PreparedDocument]] = []
     for raw in raw_documents:
         try:
             with _around(around, raw):
-                document = PreparedDocument.from_dict(raw, shards=shards)
-                lease = take_lease(leases, document.event.zone, document.event.path)
-        except Exception as exc:  # noqa: BLE001 - a malformed or busy document fails alone
+                parsed.append((raw, PreparedDocument.from_dict(raw, shards=shards)))
+        except Exception as exc:  # noqa: BLE001 - a malformed document fails alone
             failures.append((raw, exc))
-            continue
-        pending.append(_Pending(raw, document, lease, batcher.submit(document, fence=lease.token)))
+    try:
+        taken = leases.acquire_many([document.event.key for _, document in parsed])
+    except Exception as exc:  # noqa: BLE001 - Redis out of reach: every document fails with it; retried
+        return EmbeddedMessage(failures=(*failures, *((raw, exc) for raw, _ in parsed)))
+    pending: list[_Pending] = []
+    for (raw, document), lease in zip(parsed, taken, strict=True):
+        if isinstance(lease, Busy):
+            failures.append((raw, busy_error(lease)))
+        else:
+            pending.append(_Pending(raw, document, lease, batcher.submit(document, fence=lease.token)))
     deadline = time.monotonic() + wait_s
     indexed = stale = 0
     committed: dict[int, list[DocKey]] = {}
-    for item in pending:
-        try:
-            with _around(around, item.raw):
-                outcome = _committed(item, leases, deadline=deadline, wait_s=wait_s)
-        except Exception as exc:  # noqa: BLE001 - a failed document fails alone; the caller settles it
-            failures.append((item.raw, exc))
-            continue
-        if outcome.applied:
-            indexed += 1
-        else:
-            stale += 1
-        committed.setdefault(item.document.shard, []).append(item.document.event.key)
+    try:
+        for item in pending:
+            try:
+                with _around(around, item.raw):
+                    outcome = _committed(item, leases, deadline=deadline, wait_s=wait_s)
+            except Exception as exc:  # noqa: BLE001 - a failed document fails alone; the caller settles it
+                failures.append((item.raw, exc))
+                continue
+            if outcome.applied:
+                indexed += 1
+            else:
+                stale += 1
+            committed.setdefault(item.document.shard, []).append(item.document.event.key)
+    finally:
+        # After a timeout the batcher may still write a document: its token then loses to the retry's
+        # newer one, or the retry finds the seq already applied.
+        leases.release_many([item.lease for item in pending])
     return EmbeddedMessage(indexed=indexed, stale=stale, failures=tuple(failures),
                            committed={shard: tuple(keys) for shard, keys in committed.items()})
 
@@ -112,15 +125,11 @@ def _around(around: AroundDocument | None, raw: Any) -> AbstractContextManager[o
 
 
 def _committed(item: _Pending, leases: Leases, *, deadline: float, wait_s: float) -> ApplyOutcome:
-    """The document's outcome once its shard transaction committed; the lease is released either way."""
+    """The document's outcome once its shard transaction committed."""
     try:
         outcome = item.future.result(timeout=max(0.0, deadline - time.monotonic()))
     except FutureTimeout as exc:
         raise TransientError(f"not written to shard {item.document.shard} within {wait_s:.0f}s") from exc
-    finally:
-        # After a timeout the batcher may still write the document: its token then loses to the retry's
-        # newer one, or the retry finds the seq already applied.
-        leases.release(item.lease)
     if outcome.fenced:
         leases.raise_floor(outcome.stored_fence)
         raise LeaseLostError.fenced(stored_fence=outcome.stored_fence, carried=item.lease.token)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardfuse.pipeline.config.settings import Settings
-from shardfuse.pipeline.coordination.lease_holding import Leases, leased
+from shardfuse.pipeline.coordination.lease_holding import Leases, MessageLeases
 from shardfuse.pipeline.core.deadline import Deadline, running_within
 from shardfuse.pipeline.core.documents import PreparedDocument
 from shardfuse.pipeline.core.events import WriteEvent, parse_event
@@ -81,7 +81,9 @@ def ingest_message(
     threads: int = EVENT_THREADS,
 ) -> IngestedMessage:
     """Ingest the events of one message (:func:`~shardfuse.pipeline.ingest.stage.ingest_event` each, under
-    its document's lease). ``refresh`` re-indexes the seq a shard holds (``shardfuse backfill-context``).
+    its document's lease: the message's leases are taken in one round trip and given back in one,
+    :class:`~shardfuse.pipeline.coordination.lease_holding.MessageLeases`). ``refresh`` re-indexes the seq a
+    shard holds (``shardfuse backfill-context``).
 
     The early version check of the whole message is one query per shard touched; if it fails, each event
     asks its shard itself.
@@ -96,13 +98,23 @@ def ingest_message(
             continue
         groups.setdefault(event.key, []).append((raw, event))
     held = _held_seqs([e for group in groups.values() for _, e in group], ports)
+    try:
+        leases = MessageLeases(ports.leases, list(groups))
+    except Exception as exc:  # noqa: BLE001 - Redis out of reach: every event fails with it; the caller retries
+        return _collate([(raw, event, exc) for group in groups.values() for raw, event in group], failures)
 
     def one_document(group: list[tuple[Any, WriteEvent]]) -> list[Done]:
-        return [_ingest_one(raw, event, ports=ports, refresh=refresh, held=held, around=around)
-                for raw, event in group]
+        try:
+            return [_ingest_one(raw, event, ports=ports, refresh=refresh, held=held, leases=leases, around=around)
+                    for raw, event in group]
+        finally:
+            leases.finish(group[0][1].key)
 
-    done = run_groups(list(groups.values()), one_document, threads=threads,
-                      deadline_s=ports.settings.ingest.document_deadline_s)
+    try:
+        done = run_groups(list(groups.values()), one_document, threads=threads,
+                          deadline_s=ports.settings.ingest.document_deadline_s)
+    finally:
+        leases.close()
     return _collate(done, failures)
 
 
@@ -114,11 +126,11 @@ def _held_seqs(events: Sequence[WriteEvent], ports: IngestPorts) -> dict[DocKey,
 
 
 def _ingest_one(raw: Any, event: WriteEvent, *, ports: IngestPorts, refresh: bool,
-                held: Mapping[DocKey, int] | None, around: AroundEvent | None) -> Done:
+                held: Mapping[DocKey, int] | None, leases: MessageLeases, around: AroundEvent | None) -> Done:
     try:
         deadline = Deadline(ports.settings.ingest.document_deadline_s, what=f"[{event.zone}] {event.path}")
         with (contextlib.nullcontext() if around is None else around(event)), \
-                leased(ports.leases, event.zone, event.path) as lease, running_within(deadline):
+                leases.held(event.zone, event.path) as lease, running_within(deadline):
             return raw, event, ingest_event(
                 event, settings=ports.settings, cas=ports.cas, stores=ports.stores, counter=ports.counter,
                 contextualizer=ports.contextualizer, registry=ports.registry, refresh=refresh,

@@ -8,7 +8,7 @@ import fakeredis
 import pytest
 import redis
 
-from shardfuse.pipeline.coordination.leases import FENCE_KEY, DocumentLeases, lease_key
+from shardfuse.pipeline.coordination.leases import FENCE_KEY, Busy, DocumentLeases, Lease, lease_key
 from shardfuse.pipeline.coordination.liveness import Heartbeat, alive_key
 
 
@@ -115,3 +115,26 @@ def test_a_lease_whose_release_failed_is_taken_back_by_its_own_holder(
         again = leases.acquire("z", lease.path)
         assert again is not None and again.token > lease.token
     assert _worker(client, "b").acquire("z", "p") is None  # another live worker still may not take it
+
+
+def test_a_batch_of_documents_is_taken_in_one_round_trip_each_free_or_busy_on_its_own(
+        client: fakeredis.FakeRedis) -> None:
+    first, second = _worker(client, "a"), _worker(client, "b")
+    assert second.acquire("z", "held.md") is not None
+    taken = first.acquire_many([("z", "one.md"), ("z", "held.md"), ("z", "two.md"), ("z", "one.md")])
+    one, held, two, again = taken
+    assert isinstance(one, Lease) and isinstance(two, Lease) and two.token > one.token
+    assert held == Busy(zone="z", path="held.md", holder="b")
+    # A document named twice is taken once: the second mention waits, as a second acquire would.
+    assert again == Busy(zone="z", path="one.md", holder="a")
+    assert first.acquire_many([]) == []
+
+
+def test_a_batch_is_given_back_in_one_round_trip_except_leases_no_longer_ours(client: fakeredis.FakeRedis) -> None:
+    first, second = _worker(client, "a"), _worker(client, "b")
+    leases = [lease for lease in first.acquire_many([("z", "p"), ("z", "q")]) if isinstance(lease, Lease)]
+    client.delete(lease_key("z", "q"))  # lapsed, and taken by another worker
+    assert second.acquire("z", "q") is not None
+    assert first.release_many(leases) == 1
+    assert second.holder_of("z", "p") is None and second.holder_of("z", "q") == "b"
+    assert first.release_many([]) == 0

@@ -7,24 +7,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import fakeredis
 import pytest
 
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.coordination.leases import lease_key
 from shardfuse.pipeline.core import deadline as deadlines
 from shardfuse.pipeline.core.deadline import Deadline, call_within, checkpoint, running_within
 from shardfuse.pipeline.core.errors import DeadlineExceededError, DocumentStuckError
 from shardfuse.pipeline.core.events import WriteEvent
 from shardfuse.pipeline.core.sharding import shard_for
 from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.index.store import ApplyOutcome, DocumentChange
 from shardfuse.pipeline.ingest.document_threads import Done, run_groups
 from shardfuse.pipeline.ingest.message import IngestPorts, ingest_message
 from shardfuse.pipeline.ingest.stage import IngestOutcome, IngestResult
 from shardfuse.pipeline.storage.cas import InMemoryContentStore
-from tests.unit.pipeline.ingest.test_message import SHARDS, FakeShard, _leases, _write
+from tests.unit.pipeline.ingest.test_message import SHARDS, FakeShard, _delete, _leases, _write
 
 DEADLINE_S = 0.5
 
@@ -154,3 +156,39 @@ def test_a_redelivered_copy_of_an_applied_event_repeats_its_bm25_bookkeeping(cas
     done = ingest_message([event], ports=ports)
     assert done.counts == {"stale": 1} and done.documents == ()
     assert done.unchanged == {shard: (("z", "applied.txt"),)}
+
+
+class BlockedShard(FakeShard):
+    """A shard whose writes of one document block until released (a lock no deadline check reaches)."""
+
+    def __init__(self, shard: int, blocked: str, release: threading.Event) -> None:
+        super().__init__(shard)
+        self.blocked, self.release = blocked, release
+
+    def apply(self, changes: Sequence[DocumentChange]) -> list[ApplyOutcome]:
+        if any(change.event.path == self.blocked for change in changes):
+            self.release.wait(30)
+        return super().apply(changes)
+
+
+def test_a_document_given_up_on_keeps_its_lease_until_its_work_returns(cas: StuckCas) -> None:
+    release = threading.Event()
+    client = fakeredis.FakeRedis()
+    settings = Settings(shards=SHARDS, ingest={"document_deadline_s": 0.2})
+    stores = [BlockedShard(i, "stuck.txt", release) for i in range(SHARDS)]
+    ports = IngestPorts(settings=settings, cas=cas, stores=stores, counter=TokenCounter(),
+                        leases=_leases(client, "this-worker"))
+    try:
+        done = ingest_message([_delete("stuck.txt", seq=1), _delete("done.txt", seq=1)], ports=ports)
+        ((_, error),) = done.failures
+        assert isinstance(error, DocumentStuckError) and done.counts == {"deleted": 1}
+        # Its thread may still write: no other run of the document may start meanwhile.
+        other = _leases(client, "other-worker")
+        assert other.acquire("z", "stuck.txt") is None and other.acquire("z", "done.txt") is not None
+    finally:
+        release.set()
+    for _ in range(250):  # once its work returns, its thread gives the lease back
+        if client.hget(lease_key("z", "stuck.txt"), "holder") is None:
+            break
+        time.sleep(0.02)
+    assert other.acquire("z", "stuck.txt") is not None

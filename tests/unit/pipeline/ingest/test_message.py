@@ -154,6 +154,39 @@ def test_a_fenced_write_fails_its_event_and_the_next_lease_outranks_the_shards_t
     assert lease is not None and lease.token > 1000
 
 
+def test_after_a_fenced_event_the_documents_next_event_in_the_message_takes_a_new_lease(ports: IngestPorts) -> None:
+    _shard(ports, "a.txt").fences[("z", "a.txt")] = 1000
+    done = ingest_message([_delete("a.txt", seq=5), _delete("a.txt", seq=6)], ports=ports)
+    ((_, error),) = done.failures
+    assert isinstance(error, LeaseLostError)
+    assert done.counts == {"deleted": 1}
+    assert _shard(ports, "a.txt").seqs[("z", "a.txt")] == 6
+
+
+class CountingRedis(fakeredis.FakeRedis):
+    """Counts the Lua scripts run (each one round trip)."""
+
+    scripts = 0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        if args and str(args[0]).upper() in ("EVALSHA", "EVAL"):
+            CountingRedis.scripts += 1
+        return super().execute_command(*args, **options)
+
+
+def test_a_messages_leases_are_taken_in_one_round_trip_and_given_back_in_one() -> None:
+    client = CountingRedis()
+    ports = IngestPorts(settings=SETTINGS, cas=InMemoryContentStore(), stores=[FakeShard(i) for i in range(SHARDS)],
+                        counter=TokenCounter(), leases=_leases(client, "this-worker"))
+    ingest_message([_write(ports, "first.txt")], ports=ports)  # loads the scripts into Redis
+    events = [_write(ports, f"doc{i}.txt") for i in range(6)] + [_delete("gone.txt", seq=1)]
+    CountingRedis.scripts = 0
+    done = ingest_message(events, ports=ports)
+    assert done.failures == () and done.counts == {"prepared": 6, "deleted": 1}
+    assert CountingRedis.scripts == 2
+    assert not client.keys("shardfuse:lease:*")
+
+
 def test_without_the_batched_version_check_each_event_asks_its_shard(ports: IngestPorts) -> None:
     for store in ports.stores:
         assert isinstance(store, FakeShard)
