@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from shardfuse.pipeline.admin.publisher import Publisher, Write
     from shardfuse.pipeline.config.settings import Settings, load_settings
-    from shardfuse.pipeline.core.errors import PermanentError, ShardfuseError, TransientError
+    from shardfuse.pipeline.core.errors import (
+        InvalidQueryError,
+        PermanentError,
+        RemoteSearchError,
+        ShardfuseError,
+        TransientError,
+    )
     from shardfuse.pipeline.core.events import WriteEvent
     from shardfuse.workers.client import SearchClient, connect_publisher
 
@@ -34,13 +40,15 @@ _EXPORTS = {
     "ShardfuseError": "shardfuse.pipeline.core.errors",
     "TransientError": "shardfuse.pipeline.core.errors",
     "PermanentError": "shardfuse.pipeline.core.errors",
+    "InvalidQueryError": "shardfuse.pipeline.core.errors",
+    "RemoteSearchError": "shardfuse.pipeline.core.errors",
     "WriteEvent": "shardfuse.pipeline.core.events",
     "SearchClient": "shardfuse.workers.client",
     "connect_publisher": "shardfuse.workers.client",
 }
 __all__ = [
-    "PermanentError", "Publisher", "SearchClient", "Settings", "ShardfuseError", "TransientError", "Write",
-    "WriteEvent", "connect_publisher", "load_settings",
+    "InvalidQueryError", "PermanentError", "Publisher", "RemoteSearchError", "SearchClient", "Settings",
+    "ShardfuseError", "TransientError", "Write", "WriteEvent", "connect_publisher", "load_settings",
 ]
 
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from shardfuse.pipeline.core import errors
-from shardfuse.pipeline.core.errors import ShardfuseError, StoreUnavailableError
+from shardfuse.pipeline.core.errors import RemoteSearchError, ShardfuseError, StoreUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +35,6 @@ TTL_S = 60
 # The longest single BLPOP: below the socket timeout of Celery's backend client (``redis_socket_timeout``,
 # 120 s by default), which would otherwise cut a long wait.
 _BLPOP_SLICE_S = 60.0
-
-
-class RemoteSearchError(ShardfuseError):
-    """The query worker failed the search with an error outside shardfuse's tree (its type is in the text)."""
 
 
 class RedisLists(Protocol):

@@ -119,6 +119,12 @@ class InvalidQueryError(PermanentError):
     """A search request is malformed (empty query, bad k, unknown mode)."""
 
 
+class RemoteSearchError(ShardfuseError):
+    """A query worker failed the search with an error outside this tree (a defect, not the request: its type
+    and message are in the text). Raised on the client (:class:`shardfuse.SearchClient`), also when what came
+    back on the reply list is no answer at all."""
+
+
 class RateLimitedError(EmbeddingProviderError):
     """The embedding provider answered 429: slow down, and wait at least ``retry_after_s`` when it is known.
 

@@ -20,6 +20,21 @@ def test_every_public_name_resolves(name: str) -> None:
     assert getattr(shardfuse, name) is not None
 
 
+def test_what_a_search_raises_can_be_caught_from_the_top() -> None:
+    import fakeredis
+
+    from shardfuse.workers import replies
+
+    client, address = fakeredis.FakeRedis(), replies.new_address()
+    refused = replies.failure(shardfuse.InvalidQueryError("k must be at least 1"))
+    broken = replies.failure(ZeroDivisionError("division by zero"))
+    for payload, kind in ((refused, shardfuse.InvalidQueryError), (broken, shardfuse.RemoteSearchError)):
+        replies.send(client, address, payload)
+        with pytest.raises(kind) as caught:
+            replies.wait(client, address, 1.0)
+        assert isinstance(caught.value, shardfuse.ShardfuseError)
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = shardfuse.Nope  # type: ignore[attr-defined]
