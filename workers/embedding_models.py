@@ -27,14 +27,14 @@ T = TypeVar("T")
 
 def build_stage(settings: EmbedderSettings, embedder: Embedder, *, shared_pool: Any,
                 redis_client: redis.Redis) -> EmbeddingStage:
-    """The embedding stage of one model: its cache first, then packed requests (remote providers under
-    backpressure shared by every worker)."""
+    """The embedding stage of one model: its cache first (``embedder.cache``), then packed requests (remote
+    providers under backpressure shared by every worker)."""
     remote = settings.provider in (EmbedderProvider.OPENAI, EmbedderProvider.VOYAGE)
     return EmbeddingStage(
         embedder=embedder,
         batch_size=request_batch_size(settings, embedder),
         cache=EmbeddingCache(shared_pool, provider=settings.provider.value, model=embedder.name,
-                             dimensions=embedder.dimensions),
+                             dimensions=embedder.dimensions) if settings.uses_cache else None,
         # Remote providers share quotas across every worker; a local model only competes for CPU.
         backpressure=build_backpressure(settings, redis_client) if remote else None,
         oversize_rule=settings.oversize_input,

@@ -62,12 +62,21 @@ class EmbedderSettings(_Section):
     tokens_per_minute: int = Field(default=0, ge=0)
     # Transient failures (429, 5xx, timeouts, resets) are retried with exponential jitter for at most this long.
     max_retry_s: float = Field(default=120.0, gt=0)
+    # The chunk embedding cache (shardfuse.embedding_cache): a chunk text this model embedded before is not sent
+    # again. "auto": on, except for the hashing embedder, which makes a vector in less time than the cache's
+    # lookup and insert take (docs/performance.md, session 24); "on" / "off" force it.
+    cache: Literal["auto", "on", "off"] = "auto"
     # Query embeddings: a per-process LRU of this many entries, backed by Redis for this long (0: no Redis).
     query_cache_entries: int = Field(default=4096, ge=0)
     query_cache_ttl_s: int = Field(default=86400, ge=0)
     # At most this many vectors in Redis (the oldest go first): the broker's Redis is no place for an unbounded
     # cache (docs/operations.md, "Memory budget": about dimensions × 4 + 360 bytes each).
     query_cache_redis_entries: int = Field(default=20_000, ge=0)
+
+    @property
+    def uses_cache(self) -> bool:
+        """Whether the embed stage asks the chunk embedding cache (``cache``, resolved)."""
+        return self.cache == "on" or (self.cache == "auto" and self.provider is not EmbedderProvider.HASHING)
 
     @model_validator(mode="after")
     def _precision_fits_runtime(self) -> EmbedderSettings:

@@ -60,6 +60,7 @@ class StageStats:
     chunks: int = 0
     unique: int = 0
     cache_hits: int = 0
+    cache_misses: int = 0  # distinct texts the cache was asked for and did not hold (0 without a cache)
     embedded: int = 0
     requests: int = 0
     failed_requests: int = 0
@@ -181,6 +182,7 @@ class EmbeddingStage:
             chunks=len(texts) if chunks is None else chunks,
             unique=len(texts),
             cache_hits=len(cached),
+            cache_misses=len(texts) - len(cached) if self._cache is not None else 0,
             embedded=len(fresh),
             requests=len(batches),
             failed_requests=sum(isinstance(o, Exception) for o in outcomes),
@@ -246,7 +248,7 @@ def count(stats: StageStats, *, model: str) -> None:
     labels = {"provider": model.split(":", 1)[0], "model": model}
     metrics.inc(metrics.EMBEDDING_CHUNKS, stats.chunks, **labels)
     metrics.inc(metrics.EMBEDDING_CACHE_HITS, stats.cache_hits, **labels)
-    metrics.inc(metrics.EMBEDDING_CACHE_MISSES, stats.unique - stats.cache_hits, **labels)
+    metrics.inc(metrics.EMBEDDING_CACHE_MISSES, stats.cache_misses, **labels)
     metrics.inc(metrics.EMBEDDING_TEXTS, stats.embedded, **labels)
     metrics.inc(metrics.EMBEDDING_TOKENS, stats.tokens, **labels)
     metrics.inc(metrics.EMBEDDING_REQUESTS, stats.requests - stats.failed_requests, outcome="ok", **labels)

@@ -114,6 +114,9 @@ def scratch_store(
 def stack() -> Iterator[Stack]:
     overrides = {
         "SHARDFUSE_EMBEDDER__PROVIDER": "hashing",
+        # The chunk embedding cache, which "auto" leaves off for the hashing embedder, stays on in the
+        # session's stack: its tests (test_security, test_metrics) read it through the pipeline.
+        "SHARDFUSE_EMBEDDER__CACHE": "on",
         "SHARDFUSE_BM25__REBUILD_DEBOUNCE_S": "0.2",
         # Small enough that one test's load (test_end_to_end's bulk load) defers the HNSW index, large
         # enough that the other tests' few documents never do.

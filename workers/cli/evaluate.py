@@ -6,6 +6,8 @@ import argparse
 import json
 import re
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,29 +107,49 @@ def _index(data: BeirDataset, *, zone: str, settings: Settings, republish: bool,
     index_documents(documents, name=data.name, zone=zone, settings=settings, republish=republish, timeout=timeout)
 
 
+Metric = Callable[[Sequence[str], Mapping[str, int], int], float]
+
+
+@dataclass
+class _Pass:
+    """Every query asked once at one k: per query the documents ranked (each at its best chunk), and the
+    client's and the server's latency."""
+
+    ranked: dict[str, list[str]]
+    latency_ms: list[float]
+    server_ms: list[float]
+
+    def mean(self, data: BeirDataset, metric: Metric, k: int) -> float:
+        """``metric`` at ``k`` over the queries, to 4 places."""
+        total = sum(metric(ranked, data.qrels[qid], k) for qid, ranked in self.ranked.items())
+        return round(total / len(self.ranked), 4)
+
+
+def _ask(data: BeirDataset, query_ids: list[str], *, mode: Mode, zone: str, client: SearchClient,
+         options: dict[str, Any], k: int, desc: str) -> _Pass:
+    done = _Pass(ranked={}, latency_ms=[], server_ms=[])
+    for qid in tqdm(query_ids, desc=desc, unit="query"):
+        started = time.perf_counter()
+        answer = client.search(data.queries[qid], zone, k=k, mode=mode.value, **options)
+        done.latency_ms.append((time.perf_counter() - started) * 1000)
+        done.server_ms.append(answer["timings_ms"]["total"])
+        done.ranked[qid] = list(dict.fromkeys(hit["path"] for hit in answer["results"]))
+    return done
+
+
 def _score(
     data: BeirDataset, query_ids: list[str], *, mode: Mode, zone: str, client: SearchClient, options: dict[str, Any]
 ) -> dict[str, Any]:
-    ndcg, recall, mrr, latency, server = [], [], [], [], []
-    for qid in tqdm(query_ids, desc=f"querying ({mode.value})", unit="query"):
-        started = time.perf_counter()
-        answer = client.search(data.queries[qid], zone, k=RETRIEVE_K, mode=mode.value, **options)
-        latency.append((time.perf_counter() - started) * 1000)
-        server.append(answer["timings_ms"]["total"])
-        ranked = list(dict.fromkeys(hit["path"] for hit in answer["results"]))  # a document at its best chunk
-        judged = data.qrels[qid]
-        ndcg.append(ndcg_at_k(ranked, judged, 10))
-        recall.append(recall_at_k(ranked, judged, 100))
-        mrr.append(mrr_at_k(ranked, judged, 10))
-    n = len(query_ids)
+    done = _ask(data, query_ids, mode=mode, zone=zone, client=client, options=options, k=RETRIEVE_K,
+                desc=f"querying ({mode.value})")
     return {
-        "ndcg@10": round(sum(ndcg) / n, 4),
-        "recall@100": round(sum(recall) / n, 4),
-        "mrr@10": round(sum(mrr) / n, 4),
-        "latency_p50_ms": round(percentile(latency, 50), 2),
-        "latency_p95_ms": round(percentile(latency, 95), 2),
-        "server_p50_ms": round(percentile(server, 50), 2),
-        "queries": n,
+        "ndcg@10": done.mean(data, ndcg_at_k, 10),
+        "recall@100": done.mean(data, recall_at_k, 100),
+        "mrr@10": done.mean(data, mrr_at_k, 10),
+        "latency_p50_ms": round(percentile(done.latency_ms, 50), 2),
+        "latency_p95_ms": round(percentile(done.latency_ms, 95), 2),
+        "server_p50_ms": round(percentile(done.server_ms, 50), 2),
+        "queries": len(query_ids),
     }
 
 
@@ -138,22 +160,14 @@ def _at_k(
     """Every query asked at ``k``, as a user would: client and server latency, and nDCG@10 / MRR@10 of the
     answer. They can differ from the k=100 pass's: a search's leg depths and the candidates it boosts
     (``query.rerank_depth``, not its k × over-fetch) follow k."""
-    latency, server, ndcg, mrr = [], [], [], []
-    for qid in tqdm(query_ids, desc=f"asking ({mode.value}, k={k})", unit="query"):
-        started = time.perf_counter()
-        answer = client.search(data.queries[qid], zone, k=k, mode=mode.value, **options)
-        latency.append((time.perf_counter() - started) * 1000)
-        server.append(answer["timings_ms"]["total"])
-        ranked = list(dict.fromkeys(hit["path"] for hit in answer["results"]))
-        ndcg.append(ndcg_at_k(ranked, data.qrels[qid], 10))
-        mrr.append(mrr_at_k(ranked, data.qrels[qid], 10))
-    n = len(query_ids)
+    done = _ask(data, query_ids, mode=mode, zone=zone, client=client, options=options, k=k,
+                desc=f"asking ({mode.value}, k={k})")
     return {
-        f"k{k}_ndcg@10": round(sum(ndcg) / n, 4),
-        f"k{k}_mrr@10": round(sum(mrr) / n, 4),
-        f"k{k}_latency_p50_ms": round(percentile(latency, 50), 2),
-        f"k{k}_latency_p95_ms": round(percentile(latency, 95), 2),
-        f"k{k}_server_p50_ms": round(percentile(server, 50), 2),
+        f"k{k}_ndcg@10": done.mean(data, ndcg_at_k, 10),
+        f"k{k}_mrr@10": done.mean(data, mrr_at_k, 10),
+        f"k{k}_latency_p50_ms": round(percentile(done.latency_ms, 50), 2),
+        f"k{k}_latency_p95_ms": round(percentile(done.latency_ms, 95), 2),
+        f"k{k}_server_p50_ms": round(percentile(done.server_ms, 50), 2),
     }
 
 

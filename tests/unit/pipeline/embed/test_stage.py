@@ -47,7 +47,17 @@ def test_the_cache_answers_before_the_provider(server: FakeEmbeddingsServer) -> 
     second = stage.embed({"a": "alpha", "b": "beta", "c": "gamma"})
     assert server.embedded_inputs == 3  # alpha, beta, then only gamma
     assert second.stats.cache_hits == 2 and second.stats.embedded == 1
+    assert (first.stats.cache_misses, second.stats.cache_misses) == (2, 1)
     np.testing.assert_array_equal(first.vectors["a"], second.vectors["a"])
+
+
+def test_without_a_cache_every_text_is_embedded_and_none_counts_as_a_cache_miss(
+        server: FakeEmbeddingsServer) -> None:
+    stage = _stage(server)
+    stage.embed({"a": "alpha"})
+    again = stage.embed({"a": "alpha", "b": "beta"})
+    assert server.embedded_inputs == 3
+    assert (again.stats.cache_hits, again.stats.cache_misses, again.stats.embedded) == (0, 0, 2)
 
 
 def test_a_request_that_fails_for_good_fails_only_its_chunks(server: FakeEmbeddingsServer) -> None:
