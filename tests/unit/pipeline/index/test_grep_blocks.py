@@ -51,6 +51,12 @@ def test_grams_are_case_folded_bytes_and_the_zone_gram_is_negative() -> None:
     assert block_grams("ABC", "z") == [zone_gram("z"), (97 << 16) | (98 << 8) | 99]
 
 
+@pytest.mark.parametrize("data", [b"abc", b"aaaa", b"abcabcabc", bytes(range(256)) * 3, "Kälte \u2603 x".encode()])
+def test_the_grams_are_every_distinct_trigram_once_ascending(data: bytes) -> None:
+    every = [(data[i] << 16) | (data[i + 1] << 8) | data[i + 2] for i in range(len(data) - 2)]
+    assert grams_of(data).tolist() == sorted(set(every))
+
+
 def _chunk(ordinal: int, start: int, end: int) -> Chunk:
     return Chunk(ordinal=ordinal, text="t", start_char=0, end_char=1, start_line=start, end_line=end, token_count=1)
 
