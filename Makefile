@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE ?= 1
 DEMO_ZONE    := demo
 DEMO_SOURCES := pipeline query workers docs config tests README.md Makefile pyproject.toml
 
-.PHONY: demo test test-faults bench bench-ab bench-scale install lint typecheck down clean flower-screenshot prometheus-screenshot
+.PHONY: demo test test-faults bench bench-ab bench-ab-ingest bench-scale install lint typecheck down clean flower-screenshot prometheus-screenshot
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -105,6 +105,11 @@ bench: install
 bench-ab: install
 	@[ -n "$(BASELINE)" ] || { echo "usage: make bench-ab BASELINE=<git revision>"; exit 2; }
 	$(BIN)/python -m tests.benchmarks.query_ab $(BASELINE)
+
+# The same for the ingest path: runs of bench_ingest's load (30,000 chunks) taking turns, ~3 minutes a pair.
+bench-ab-ingest: install
+	@[ -n "$(BASELINE)" ] || { echo "usage: make bench-ab-ingest BASELINE=<git revision>"; exit 2; }
+	$(BIN)/python -m tests.benchmarks.ingest_ab $(BASELINE)
 
 # How each figure grows with the corpus (docs/performance.md): one stack grown to each size, then the plot.
 # Not part of `make bench`: ~15 minutes here (a million chunks). SHARDFUSE_SCALE_SIZES picks the sizes (chunks).

@@ -24,13 +24,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.benchmarks.worktrees import REPO, baseline_worktree, describe_head, resolve
+
 SIDE = Path(__file__).resolve().with_name("ab_side.py")
 ZONE = "bench"
 SHARDS = 4
@@ -75,10 +75,6 @@ def same_top10(a: dict[str, list[str]], b: dict[str, list[str]]) -> tuple[int, i
     return sum(a[q] == b[q] for q in common), len(common)
 
 
-def _git(*args: str, cwd: Path = REPO) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def _run_side(side: str, pair: int, *, package: Path, pythonpath: str | None, files: dict[str, Path],
               rounds: int) -> tuple[Run, dict[str, list[str]]]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -108,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs < 1 or args.rounds < 1:
         parser.error("--pairs and --rounds must be at least 1")
     try:
-        baseline = _git("rev-parse", "--verify", f"{args.baseline}^{{commit}}")
-    except subprocess.CalledProcessError as exc:
-        parser.error(f"{args.baseline!r} is not a revision of {REPO}: {exc.stderr.strip()}")
+        baseline = resolve(args.baseline)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     # Imported here: they need the data directory and this revision's stack, not needed for --help.
     from tests.benchmarks import direct_load, scale
@@ -118,40 +114,32 @@ def main(argv: list[str] | None = None) -> int:
     if not (scale.DATA / "scifact" / "queries.jsonl").is_file():
         parser.error(f"the benchmark corpus and queries (SciFact) are not under {scale.DATA}")
     chunks = int(os.environ.get("SHARDFUSE_BENCH_CHUNKS", "100000"))
-    head = _git("rev-parse", "--short", "HEAD") + (" (+ uncommitted changes)" if _git("status", "--porcelain") else "")
-    with tempfile.TemporaryDirectory(prefix="shardfuse-ab-") as tmp:
-        work = Path(tmp)
-        worktree = work / "baseline"
-        _git("worktree", "add", "--detach", str(worktree), baseline)
-        # The baseline is imported as `shardfuse` through a link of that name, ahead of this tree's install.
-        (work / "path").mkdir()
-        (work / "path" / "shardfuse").symlink_to(worktree, target_is_directory=True)
-        try:
-            queries = scale.queries(QUERIES + WARM_QUERIES)
-            files = {"dir": work, "settings": work / "settings.json", "queries": work / "queries.json"}
-            files["queries"].write_text(json.dumps({"zone": ZONE, "timed": queries[:QUERIES],
-                                                    "warm": queries[QUERIES:]}), encoding="utf-8")
-            with scale.bench_stack(shards=SHARDS, SHARDFUSE_WORKERS__QUERY_CONCURRENCY="2") as stack:
-                started = time.perf_counter()
-                docs = scale.corpus(int(chunks / 1.1) + 100)
-                loaded = direct_load.load(stack.settings,
-                                          direct_load.prepare(docs, zone=ZONE, settings=stack.settings,
-                                                              max_chunks=chunks))
-                print(f"loaded {loaded.chunks:,} chunks into {SHARDS} shards in {time.perf_counter() - started:.0f} s; "
-                      f"this: {head}, baseline: {baseline[:9]}", flush=True)
-                files["settings"].write_text(stack.settings.model_dump_json(), encoding="utf-8")
-                sides = {"this": (REPO, None), "baseline": (worktree, str(work / "path"))}
-                runs: list[Run] = []
-                answers: dict[str, dict[str, list[str]]] = {}
-                for pair in range(1, args.pairs + 1):
-                    order = ("this", "baseline") if pair % 2 else ("baseline", "this")
-                    for side in order:
-                        package, pythonpath = sides[side]
-                        run, answers[side] = _run_side(side, pair, package=package, pythonpath=pythonpath,
-                                                       files=files, rounds=args.rounds)
-                        runs.append(run)
-        finally:
-            _git("worktree", "remove", "--force", str(worktree))
+    head = describe_head()
+    with baseline_worktree(baseline) as old:
+        queries = scale.queries(QUERIES + WARM_QUERIES)
+        files = {"dir": old.work, "settings": old.work / "settings.json",
+                 "queries": old.work / "queries.json"}
+        files["queries"].write_text(json.dumps({"zone": ZONE, "timed": queries[:QUERIES],
+                                                "warm": queries[QUERIES:]}), encoding="utf-8")
+        with scale.bench_stack(shards=SHARDS, SHARDFUSE_WORKERS__QUERY_CONCURRENCY="2") as stack:
+            started = time.perf_counter()
+            docs = scale.corpus(int(chunks / 1.1) + 100)
+            loaded = direct_load.load(stack.settings,
+                                      direct_load.prepare(docs, zone=ZONE, settings=stack.settings,
+                                                          max_chunks=chunks))
+            print(f"loaded {loaded.chunks:,} chunks into {SHARDS} shards in {time.perf_counter() - started:.0f} s; "
+                  f"this: {head}, baseline: {baseline[:9]}", flush=True)
+            files["settings"].write_text(stack.settings.model_dump_json(), encoding="utf-8")
+            sides = {"this": (REPO, None), "baseline": (old.tree, old.pythonpath)}
+            runs: list[Run] = []
+            answers: dict[str, dict[str, list[str]]] = {}
+            for pair in range(1, args.pairs + 1):
+                order = ("this", "baseline") if pair % 2 else ("baseline", "this")
+                for side in order:
+                    package, pythonpath = sides[side]
+                    run, answers[side] = _run_side(side, pair, package=package, pythonpath=pythonpath,
+                                                   files=files, rounds=args.rounds)
+                    runs.append(run)
     identical, compared = same_top10(answers["this"], answers["baseline"])
     summary = summarize(runs)
     print(f"\nmedians: this {summary['medians']['this']}, baseline {summary['medians']['baseline']}")
