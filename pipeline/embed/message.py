@@ -1,7 +1,6 @@
 """One message of chunked documents through the embed stage: each document leased (the message's leases
-taken in one round trip and given back in one), handed to the
-process's batcher (which embeds it with other messages' documents and writes it to its shard), and waited
-for until a deadline.
+taken in one round trip and given back in one), handed to the process's batcher (which embeds it with other
+messages' documents and writes it to its shard), and waited for until a deadline.
 
 Nothing here settles a failure: each document that failed is returned with its error, and the caller
 decides between retry, wait and dead letter.
