@@ -64,7 +64,7 @@ def _grouped(n_docs: int, per_doc: int) -> list[Doc]:
     ]
 
 
-def _docs_for(chunks: int, per_doc: int, settings: Settings) -> list[Doc]:
+def docs_for(chunks: int, per_doc: int, settings: Settings) -> list[Doc]:
     """Enough documents for about ``chunks`` chunks, calibrated on a sample chunked as the workers do."""
     sample = _grouped(200, per_doc)
     counter = TokenCounter(settings.chunking.encoding)
@@ -90,7 +90,7 @@ def _pipeline(stack: Stack, zone: str, docs: list[Doc]) -> tuple[float, float, f
 @pytest.mark.timeout(4 * 3600)
 def test_bulk_ingest_against_bare_copy() -> None:
     with bench_stack(shards=SHARDS) as stack:
-        docs = _docs_for(CHUNKS, ABSTRACTS, stack.settings)
+        docs = docs_for(CHUNKS, ABSTRACTS, stack.settings)
         seconds, settled_s, publish_s, chunks = _pipeline(stack, "bulk", docs)
         small_docs = corpus(max(100, round(CHUNKS / 10 / 1.2)))
         small_s, _, small_publish_s, small_chunks = _pipeline(stack, "small", small_docs)

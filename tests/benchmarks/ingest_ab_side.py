@@ -77,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     if imported != args.root.resolve():
         print(f"ingest_ab_side: imported shardfuse from {imported}, not {args.root}", file=sys.stderr)
         return 2
-    from tests.benchmarks.bench_ingest import ABSTRACTS, SHARDS, _docs_for
+    from tests.benchmarks.bench_ingest import ABSTRACTS, SHARDS, docs_for
     from tests.benchmarks.scale import bench_stack, chunk_count, publish_many, wait_searchable
 
     with bench_stack(shards=SHARDS) as stack:
-        docs = _docs_for(args.chunks, ABSTRACTS, stack.settings)
+        docs = docs_for(args.chunks, ABSTRACTS, stack.settings)
         meter = CpuMeter({name: component.pid for name, component in stack.state.components.items()})
         meter.start()
         cpu_before, started = time.process_time(), time.perf_counter()
