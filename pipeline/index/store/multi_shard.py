@@ -56,8 +56,8 @@ def vector_search_shards(
     parts: list[sql.Composable] = []
     params: list[Any] = []
     for part, schema in enumerate(schemas):
-        parts.append(nearest_statement(schema, conditions, column=column, iterative=iterative, part=part))
-        params += nearest_params(embedding, zone, condition_params, limit, iterative=iterative)
+        parts.append(nearest_statement(schema, conditions, column=column, iterative=iterative, limit=limit, part=part))
+        params += nearest_params(embedding, zone, condition_params, iterative=iterative)
     rows: list[list[Row]] = [[] for _ in schemas]
     for part, chunk_id, similarity in conn.execute(sql.SQL(" UNION ALL ").join(parts), params).fetchall():
         rows[part].append((chunk_id, similarity))
