@@ -32,6 +32,7 @@ from shardfuse.pipeline.index.store.nearest import (
     nearest_params,
     nearest_rows,
     nearest_statement,
+    statement_limit,
 )
 from shardfuse.pipeline.index.store.reads import RECORD_COLUMNS, ChunkRecord, VectorHit, vector_conditions, vector_hits
 
@@ -56,7 +57,8 @@ def vector_search_shards(
     parts: list[sql.Composable] = []
     params: list[Any] = []
     for part, schema in enumerate(schemas):
-        parts.append(nearest_statement(schema, conditions, column=column, iterative=iterative, limit=limit, part=part))
+        parts.append(nearest_statement(schema, conditions, column=column, iterative=iterative,
+                                       limit=statement_limit(limit, ef_search), part=part))
         params += nearest_params(embedding, zone, condition_params, iterative=iterative)
     rows: list[list[Row]] = [[] for _ in schemas]
     for part, chunk_id, similarity in conn.execute(sql.SQL(" UNION ALL ").join(parts), params).fetchall():
@@ -68,7 +70,7 @@ def vector_search_shards(
             rows[part] = nearest_rows(conn, schema, embedding, zone=zone, conditions=conditions,
                                       condition_params=condition_params, limit=limit, ef_search=ef_search,
                                       column=column)
-    return [vector_hits(found) for found in rows]
+    return [vector_hits(found)[:limit] for found in rows]
 
 
 def fetch_chunks_shards(

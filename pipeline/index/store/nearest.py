@@ -42,6 +42,8 @@ WHOLE_GRAPH = 2**31 - 1
 WIDENED_MEMORY_MULTIPLIER = 16
 
 Row = tuple[str, float | None]
+# The step a search statement's LIMIT is rounded up by (statement_limit).
+LIMIT_STEP = 16
 
 
 def nearest_rows(
@@ -56,15 +58,17 @@ def nearest_rows(
     ef_search: int,
     column: str,
 ) -> list[Row]:
-    """``(chunk_id, cosine similarity)`` of the ``limit`` chunks of ``zone`` nearest to ``embedding`` in
-    ``column`` among those passing ``conditions`` (``AND ...`` SQL with ``condition_params``), best first."""
+    """``(chunk_id, cosine similarity)`` of the chunks of ``zone`` nearest to ``embedding`` in ``column`` among those
+    passing ``conditions`` (``AND ...`` SQL with ``condition_params``): at least the ``limit`` best, up to
+    :func:`statement_limit` of them, in no particular order (:func:`.reads.vector_hits` sorts them)."""
     use_session_setting(conn, "hnsw.ef_search", str(max(ef_search, limit)))
     iterative = server_features(conn).iterative_scan
     params = nearest_params(embedding, zone, condition_params, iterative=iterative)
     if iterative:
         # A session setting, like ef_search: no transaction (and no round trips) around each search.
         use_session_setting(conn, "hnsw.iterative_scan", ITERATIVE_SCAN)
-        query = nearest_statement(schema, conditions, column=column, iterative=True, limit=limit)
+        query = nearest_statement(schema, conditions, column=column, iterative=True,
+                                  limit=statement_limit(limit, ef_search))
         rows = conn.execute(query, params).fetchall()
         if not is_short(conn, rows, schema=schema, zone=zone, conditions=conditions,
                       condition_params=condition_params, limit=limit):  # fmt: skip
@@ -76,7 +80,8 @@ def nearest_rows(
             rows = conn.execute(query, params).fetchall()
         log.info("%s: the iterative scan of zone %s came back short; widened to the whole graph", schema, zone)
     else:
-        query = nearest_statement(schema, conditions, column=column, iterative=False, limit=limit)
+        query = nearest_statement(schema, conditions, column=column, iterative=False,
+                                  limit=statement_limit(limit, ef_search))
         rows = conn.execute(query, params).fetchall()
     if not is_short(conn, rows, schema=schema, zone=zone, conditions=conditions, condition_params=condition_params,
                   limit=limit):  # fmt: skip
@@ -96,8 +101,8 @@ def nearest_statement(schema: sql.Identifier, conditions: sql.Composable, *, col
     rows), so once a table has statistics it looks costlier and loses, and every search was planned anew
     (``pg_prepared_statements``: 0 generic plans in 595 runs). With the limit written in, the generic plan is the
     plan: the server's CPU for one shard's search went from 0.63–0.73 to 0.57 ms, for a statement of two shards
-    from 1.53–1.63 to 1.33–1.37 ms (300 queries each, 100,000 chunks in 4 shards, session 25). A request's limit
-    takes few values, and psycopg keeps each one's statement prepared.
+    from 1.53–1.63 to 1.33–1.37 ms (300 queries each, 100,000 chunks in 4 shards, session 25). Callers pass
+    :func:`statement_limit`, so that a few statements serve every request.
     """
     tag = sql.SQL("{}, ").format(sql.Literal(part)) if part is not None else sql.SQL("")
     if iterative:
@@ -112,6 +117,18 @@ def nearest_statement(schema: sql.Identifier, conditions: sql.Composable, *, col
             "LIMIT {limit}"
         ).format(s=schema, c=conditions, col=sql.Identifier(column), tag=tag, limit=sql.Literal(limit))
     return sql.SQL("({})").format(query) if part is not None else query
+
+
+def statement_limit(limit: int, ef_search: int) -> int:
+    """The ``LIMIT`` a search's statement is written with: ``limit`` rounded up to a multiple of
+    :data:`LIMIT_STEP`, but never past the scan's ``hnsw.ef_search`` (``max(ef_search, limit)``), so the index scan
+    does the same work and a shard's best ``limit`` rows are the same.
+
+    A request's leg depth takes many values (37 over 1,000 SciFact queries: the router scales it), and a
+    statement per value kept few of them prepared long enough for the generic plan; written as it was, the
+    limit made searches slower in 8 of 8 A/B pairs (session 25). Rounded, the same queries need 3.
+    """
+    return min(-(-limit // LIMIT_STEP) * LIMIT_STEP, max(ef_search, limit))
 
 
 def nearest_params(embedding: npt.NDArray[np.float32], zone: str, condition_params: list[Any], *,

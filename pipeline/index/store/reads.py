@@ -101,7 +101,7 @@ def vector_search(
     conditions, condition_params = vector_conditions(where, column)
     rows = nearest_rows(conn, schema, embedding, zone=zone, conditions=conditions, condition_params=condition_params,
                         limit=limit, ef_search=ef_search, column=column)
-    return vector_hits(rows)
+    return vector_hits(rows)[:limit]
 
 
 def vector_conditions(where: ChunkFilter | None, column: str) -> tuple[sql.Composable, list[Any]]:
