@@ -22,14 +22,11 @@ from shardfuse.pipeline.index.lexical.delta import DeltaSegment
 from shardfuse.pipeline.index.lexical.hits import LexicalHit
 from shardfuse.pipeline.index.lexical.manifest import ShardManifest
 from shardfuse.pipeline.index.lexical.stats import TermStats, lucene_idf
+from shardfuse.pipeline.index.lexical.top_k import top_positions
 
 # What identifies one version of MANIFEST.json without reading it: os.replace gives every publish a new
 # inode, and mtime/ctime/size guard against the filesystem reusing a freed inode number.
 StatKey = tuple[int, int, int, int, int]
-
-# Every how-many-th score :func:`_top` samples for a floor under the k-th highest (16 was the fastest of 8, 16
-# and sqrt(scores / k) at k 30 and 150, session 25).
-_SAMPLE_STRIDE = 16
 
 
 class MaskCache:
@@ -200,10 +197,10 @@ class Generation:
         if self.delta is not None and self.delta.masked_rows.size:
             # Rows of documents rewritten or deleted since the generation: the delta holds what is current.
             scores[self.delta.masked_rows] = 0.0
-        best = _top(scores, top, self.chunk_ids)
+        best = top_positions(scores, top, self.chunk_ids)
         hits: list[LexicalHit] = []
         for doc, score in zip(best.tolist(), scores[best].tolist(), strict=True):
-            # _top keeps positive scores only, and the mask zeroes every other zone's, so the zone check never
+            # top_positions keeps positive scores only, and the mask zeroes every other zone's, so the zone check never
             # drops a hit; it stays as the guarantee that no query ever sees another zone's chunk.
             if int(self.zone_codes[doc]) == code:
                 hits.append(LexicalHit(str(self.chunk_ids[doc]), float(score)))
@@ -228,7 +225,7 @@ class Generation:
             keep[self.delta_positions.of(allowed)] = True
             live &= keep
         scores[~live] = 0.0
-        best = _top(scores, min(k, delta.size), delta.chunk_ids)
+        best = top_positions(scores, min(k, delta.size), delta.chunk_ids)
         return [LexicalHit(str(delta.chunk_ids[d]), float(s))
                 for d, s in zip(best.tolist(), scores[best].tolist(), strict=True)]
 
@@ -274,33 +271,3 @@ class Generation:
         values *= np.repeat(np.fromiter(weights.values(), dtype=np.float32, count=len(weights)),
                             [end - start for start, end in spans])
         return np.bincount(rows, weights=values, minlength=int(matrix["num_docs"])).astype(np.float32)
-
-
-def _top(scores: npt.NDArray[np.float32], k: int, ids: npt.NDArray[np.str_]) -> npt.NDArray[np.int64]:
-    """Positions of the ``k`` highest scores above zero (fewer when fewer score), unordered; among equal
-    scores at the cut, the lowest chunk ids (``ids``, by position), as the hits are ordered after.
-
-    Only positions that can be among the best are partitioned. The ``k``-th highest score of every
-    ``_SAMPLE_STRIDE``-th position is a floor the ``k``-th highest of all cannot be below, so only scores at or
-    above it are candidates (about ``k × _SAMPLE_STRIDE`` of them); with fewer than ``k`` scoring positions in
-    the sample, every scoring position is. ``np.partition`` over a whole shard's scores, most of them zero, is
-    pathologically slow (1.95 ms for 25,000 scores of which 3,000 are non-zero, numpy 2, this machine); over
-    the scoring ones it took 113 µs a shard-search on SciFact queries, against 35 µs with the sample's floor
-    (session 25). The ``k``-th highest candidate is found by ``np.partition`` (no index array: half the cost of
-    ``argpartition``), every candidate at or above it kept, and only when ties at that score leave more than
-    ``k`` are they ordered by score and id.
-    """
-    if k <= 0 or len(scores) == 0:
-        return np.zeros(0, dtype=np.int64)
-    sample = scores[::_SAMPLE_STRIDE]
-    sampled = sample[sample > 0]
-    if len(sampled) >= k:
-        best = np.flatnonzero(scores >= np.partition(sampled, len(sampled) - k)[len(sampled) - k])
-    else:
-        best = np.flatnonzero(scores > 0)
-    if len(best) > k:
-        scored = scores[best]
-        best = best[scored >= np.partition(scored, len(scored) - k)[len(scored) - k]]
-        if len(best) > k:
-            best = best[np.lexsort((ids[best], -scores[best]))[:k]]
-    return best

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfuse.pipeline.index.lexical.segments import _SAMPLE_STRIDE, _top
+from shardfuse.pipeline.index.lexical.top_k import SAMPLE_STRIDE, top_positions
 
 # Few distinct values, many of them zero: ties at the cut and zero runs, as in a shard's BM25 scores.
 VALUES = np.asarray([0.0, 0.0, 0.0, 0.5, 1.0, 1.5, 2.25, 3.0], dtype=np.float32)
@@ -27,7 +27,7 @@ def test_top_keeps_the_k_best_positive_scores_and_the_lowest_ids_among_ties(size
     # Ids in an order unrelated to the positions, so "lowest id" is not "first position".
     ids = np.asarray([f"c{n:05d}" for n in rng.permutation(size)], dtype=np.str_)
 
-    assert sorted(_top(scores, k, ids).tolist()) == _expected(scores, k, ids)
+    assert sorted(top_positions(scores, k, ids).tolist()) == _expected(scores, k, ids)
 
 
 def test_the_sample_floor_is_used_and_exact_on_a_shard_sized_array() -> None:
@@ -36,6 +36,6 @@ def test_the_sample_floor_is_used_and_exact_on_a_shard_sized_array() -> None:
     scores = np.where(rng.random(25_000) < 0.7, rng.gamma(2.0, 1.0, 25_000), 0.0).astype(np.float32)
     scores[rng.choice(25_000, 40, replace=False)] = scores.max()  # a tie across the cut
     ids = np.asarray([f"c{n:05d}" for n in range(25_000)], dtype=np.str_)
-    assert np.count_nonzero(scores[::_SAMPLE_STRIDE] > 0) >= 30
+    assert np.count_nonzero(scores[::SAMPLE_STRIDE] > 0) >= 30
 
-    assert sorted(_top(scores, 30, ids).tolist()) == _expected(scores, 30, ids)
+    assert sorted(top_positions(scores, 30, ids).tolist()) == _expected(scores, 30, ids)
