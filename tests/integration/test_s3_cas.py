@@ -118,6 +118,10 @@ def test_read_is_retried_while_the_server_is_down_and_succeeds_once_it_is_back(
     store: S3ContentStore, object_store: RunningObjectStore  # noqa: F811
 ) -> None:
     name = store.put(b"survives a restart of the object store")
+    # A budget of 60 s, not the default 20: in three `make test` runs (sessions 22, 23, 25), with the fault tests
+    # loading both cores beside it, the restarted server answered HTTP 500 for longer than 20 s. What this test
+    # holds is that the read is retried until the server serves again, not how fast SeaweedFS recovers.
+    patient = open_s3_store(object_store.settings(bucket=BUCKET, prefix="tenant/cas", retry_budget_s=60.0))
     retries_before = _s3_retries()
     object_store.stop()
     down_for_s = 2.0
@@ -130,7 +134,7 @@ def test_read_is_retried_while_the_server_is_down_and_succeeds_once_it_is_back(
     started = time.monotonic()
     restarter.start()
     try:
-        data = store.get(name)  # retry_budget_s (20 s) outlasts the restart
+        data = patient.get(name)
     finally:
         restarter.join(timeout=90)
     elapsed = time.monotonic() - started
