@@ -121,8 +121,9 @@ def nearest_statement(schema: sql.Identifier, conditions: sql.Composable, *, col
 
 def statement_limit(limit: int, ef_search: int) -> int:
     """The ``LIMIT`` a search's statement is written with: ``limit`` rounded up to a multiple of
-    :data:`LIMIT_STEP`, but never past the scan's ``hnsw.ef_search`` (``max(ef_search, limit)``), so the index scan
-    does the same work and a shard's best ``limit`` rows are the same.
+    :data:`LIMIT_STEP`, but never past the scan's ``hnsw.ef_search`` (``max(ef_search, limit)``), so a shard's best
+    ``limit`` rows are the same. Unfiltered, the index scan does the same work too (it reads ``ef_search``
+    candidates either way); a filtered iterative scan may read on until up to ``LIMIT_STEP - 1`` more rows pass.
 
     A request's leg depth takes many values (37 over 1,000 SciFact queries: the router scales it), and a
     statement per value kept few of them prepared long enough for the generic plan; written as it was, the

@@ -33,6 +33,8 @@ from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers.base import ChunkBudget, Span
@@ -76,7 +78,18 @@ class _Tokens:
         self.counter = counter
         self._text = text
         self._line_aware = counter.encoding_name in _LINE_AWARE_ENCODINGS
-        self._bounds: list[int] = counter.encode_with_offsets(text).char_bounds.tolist() if self._line_aware else []
+        self._array = counter.encode_with_offsets(text).char_bounds if self._line_aware else np.zeros(0, np.int64)
+        self._bounds: list[int] = self._array.tolist()
+
+    def marks(self, positions: list[int]) -> list[tuple[bool, int | None]]:
+        """``(clean, boundary)`` of each of ``positions``, as :meth:`clean` and :meth:`_boundary` give them, with
+        one vectorised search (a block's start and end are each looked up once, not twice)."""
+        if not self._bounds:
+            return [(self.clean(pos), None) for pos in positions]
+        at = np.searchsorted(self._array, positions)
+        hits = (self._array[np.minimum(at, len(self._bounds) - 1)] == positions).tolist()
+        found = zip(positions, at.tolist(), hits, strict=True)
+        return [(c := self.clean(pos), i if c and hit else None) for pos, i, hit in found]
 
     def count(self, start: int, end: int) -> int:
         """The number of tokens of ``text[start:end]``, as :meth:`TokenCounter.count` gives it."""
@@ -140,6 +153,7 @@ def _pieces(text: str, blocks: list[Block], *, tokens: _Tokens, budget: ChunkBud
     outline: list[Heading] = []
     path = root
     pieces: list[_Piece] = []
+    marks = tokens.marks([*(b.start for b in blocks), len(text)])
     for i, block in enumerate(blocks):
         if not i & 0xFF:
             checkpoint("chunking")
@@ -150,18 +164,23 @@ def _pieces(text: str, blocks: list[Block], *, tokens: _Tokens, budget: ChunkBud
         if block.headings:
             path = root + tuple(h for _, h in outline if h)
         end = blocks[i + 1].start if i + 1 < len(blocks) else len(text)
-        for k, (s, e, n, window) in enumerate(_fit(text, block.start, end, tokens, budget)):
+        (joint, first), (_, last) = marks[i], marks[i + 1]
+        count = tokens.count(block.start, end) if first is None or last is None else last - first
+        for k, (s, e, n, window) in enumerate(_fit(text, block.start, end, tokens, budget, count)):
             level = block.headings[0][0] if block.headings and k == 0 else 0
             line = text.rfind("\n", 0, s) + 1
             partial = s != line or not (e == len(text) or text[e - 1] == "\n" or text[e] in "\r\n")
-            pieces.append(_Piece(s, e, n, path, level, window, tokens.clean(s), line, partial))
+            clean = joint if s == block.start else tokens.clean(s)
+            pieces.append(_Piece(s, e, n, path, level, window, clean, line, partial))
     return pieces
 
 
-def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget) -> list[tuple[int, int, int, bool]]:
+def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget,
+         count: int | None = None) -> list[tuple[int, int, int, bool]]:
     """``text[start:end]`` as ``(start, end, tokens, is_window)`` parts within the budget: itself if it fits,
-    else cut at blank lines, else at lines, else (a single line) at sentence ends, else into token windows."""
-    count = tokens.count(start, end)
+    else cut at blank lines, else at lines, else (a single line) at sentence ends, else into token windows
+    (``count``: its tokens, if known)."""
+    count = tokens.count(start, end) if count is None else count
     if count <= budget.max_tokens:
         return [(start, end, count, False)]
     units = units_of(text, start, end, paragraphs=True)
