@@ -26,7 +26,7 @@ from shardfuse.pipeline.embed.providers import Embedder, build_embedder, request
 from shardfuse.pipeline.index.lexical import Tokenizer
 from shardfuse.pipeline.index.lexical.follower import IndexFollower
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
-from shardfuse.pipeline.index.maintenance import shard_mirror
+from shardfuse.pipeline.index.maintenance import manifest_readers, shard_mirror
 from shardfuse.pipeline.index.store import ShardPools, ShardStore
 from shardfuse.pipeline.index.store.bulk_load import BulkLoadGate
 from shardfuse.pipeline.index.store.connections import pooled_connection
@@ -188,7 +188,7 @@ class WorkerRuntime:
         """This node's copy of every shard's published BM25 index, kept in step (started by :attr:`searcher`)."""
         return self._once("_bm25_follower", lambda: IndexFollower(
             [shard_mirror(self.settings, store) for store in self.stores],
-            interval_s=self.settings.bm25.follow_interval_s))
+            interval_s=self.settings.bm25.follow_interval_s, readers=manifest_readers(self.stores)))
 
     def readiness(self) -> dict[str, Any]:
         """Whether this process can answer its queues' tasks completely: for queries, whether every shard's

@@ -12,10 +12,12 @@ from typing import Any, Protocol
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
+from shardfuse.pipeline.index.lexical.manifest import ShardManifest
 from shardfuse.pipeline.index.lexical.mirror import ShardMirror
 from shardfuse.pipeline.index.lexical.tokenizer import Tokenizer
 from shardfuse.pipeline.index.lexical.updates import ShardIndexer
 from shardfuse.pipeline.index.store.lexical_publication import PostgresLexicalPublication
+from shardfuse.pipeline.index.store.manifest_poll import PublishedManifests
 from shardfuse.pipeline.index.store.schema import shard_schema
 
 
@@ -93,6 +95,15 @@ def shard_mirror(settings: Settings, store: Any) -> ShardMirror:
     of it under ``settings.bm25_root``."""
     published = PostgresLexicalPublication(store.pool, store.shard, schema=shard_schema(store.shard))
     return ShardMirror(settings.bm25_root, published, keep_generations=settings.bm25.keep_generations)
+
+
+def manifest_readers(stores: Sequence[Any]) -> list[Callable[[], dict[int, ShardManifest | None]]]:
+    """A reader of the published BM25 manifests of ``stores``' shards for each database (pool) they share, for
+    :class:`~shardfuse.pipeline.index.lexical.follower.IndexFollower`."""
+    by_pool: dict[int, list[Any]] = {}
+    for store in stores:
+        by_pool.setdefault(id(store.pool), []).append(store)
+    return [PublishedManifests(group[0].pool, [store.shard for store in group]).read for group in by_pool.values()]
 
 
 def shard_indexer(settings: Settings, shard: int, *, store: Any, freshness: Bm25Freshness,

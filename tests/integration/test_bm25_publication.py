@@ -11,13 +11,15 @@ import fakeredis
 import pytest
 
 from shardfuse.pipeline.core.documents import Chunk
+from shardfuse.pipeline.core.errors import SchemaMissingError
 from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.embed.providers import HashingEmbedder
-from shardfuse.pipeline.index.lexical import LexicalShardReader, Tokenizer, read_manifest
+from shardfuse.pipeline.index.lexical import LexicalShardReader, ShardManifest, Tokenizer, read_manifest
 from shardfuse.pipeline.index.lexical.follower import IndexFollower
 from shardfuse.pipeline.index.lexical.freshness import Bm25Freshness
 from shardfuse.pipeline.index.lexical.mirror import UPLOAD_STAMP, ShardMirror
 from shardfuse.pipeline.index.lexical.updates import ShardIndexer
+from shardfuse.pipeline.index.maintenance import manifest_readers
 from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
 from shardfuse.pipeline.index.store.lexical_publication import PART_BYTES, PostgresLexicalPublication
 from shardfuse.pipeline.index.store.schema import shard_schema
@@ -137,3 +139,52 @@ def test_files_larger_than_a_part_round_trip(store: ShardStore, tmp_path: Path) 
     target.mkdir()
     assert published.fetch("gen_99", target) == upload == published.upload_of("gen_99")
     assert (target / "big.bin").read_bytes() == big and (target / "empty.bin").read_bytes() == b""
+
+
+class _CountingPublication(PostgresLexicalPublication):
+    """Counts how often the follower asks this shard alone for its manifest."""
+
+    asked = 0
+
+    def manifest(self) -> ShardManifest | None:
+        self.asked += 1
+        return super().manifest()
+
+
+def test_a_follower_reads_a_databases_shards_in_one_statement(store: ShardStore, tmp_path: Path) -> None:
+    second = ShardStore(store.pool, 1, dimensions=DIM)  # a second shard in the same database
+    second.ensure_schema()
+    for shard, word in ((store, "otter"), (second, "heron")):
+        shard.apply([_write(f"{word}-{i}.txt", 1, f"{word} {i}") for i in range(6)])
+        assert _builder(tmp_path / "builder", shard).update()["kind"] == "merge"
+    published = {s.shard: _CountingPublication(s.pool, s.shard, schema=shard_schema(s.shard)) for s in (store, second)}
+    query_dir = tmp_path / "query"
+    readers = manifest_readers([store, second])
+    assert len(readers) == 1
+    assert readers[0]() == {shard: p.manifest() for shard, p in published.items()}
+    follower = IndexFollower([ShardMirror(query_dir, p) for p in published.values()], interval_s=0.05, readers=readers)
+    for p in published.values():
+        p.asked = 0
+    follower.sync()
+    assert follower.ready and _paths(query_dir, second, "heron") == {f"heron-{i}.txt" for i in range(6)}
+    # A delta published meanwhile is read from the same statement (not from the last round's parse).
+    second.apply([_write("late.txt", 1, "heron late")])
+    assert _builder(tmp_path / "builder", second).update()["kind"] == "delta"
+    follower.sync()
+    assert "late.txt" in _paths(query_dir, second, "heron")
+    # The shards were never asked one by one, but when installing (under the lock, that it is still published).
+    assert [p.asked for p in published.values()] == [1, 2]
+
+
+def test_a_follower_whose_database_read_fails_reads_each_shard_alone(store: ShardStore, tmp_path: Path) -> None:
+    store.apply([_write(f"doc-{i}.txt", 1, f"puffin {i}") for i in range(5)])
+    assert _builder(tmp_path / "builder", store).update()["kind"] == "merge"
+    missing = ShardStore(store.pool, 7, dimensions=DIM)  # its schema was never created: the joint read fails
+    mirrors = [_mirror(tmp_path / "query", s) for s in (store, missing)]
+    follower = IndexFollower(mirrors, interval_s=0.05, readers=manifest_readers([store, missing]))
+    with pytest.raises(SchemaMissingError):
+        follower.sync()
+    status = follower.status()["shards"]
+    assert status[store.shard]["synced"] and status[store.shard]["installed"].startswith("gen_")
+    assert not status[7]["synced"] and "lacks a table" in status[7]["error"]
+    assert _paths(tmp_path / "query", store, "puffin") == {f"doc-{i}.txt" for i in range(5)}

@@ -4,6 +4,10 @@
 shard first, so its first answer is complete); :meth:`IndexFollower.start` then follows in a background thread,
 every ``interval_s``, so searches never wait for a fetch: they keep the generation they have until the new one
 is installed (:class:`~shardfuse.pipeline.index.lexical.reader.LexicalShardReader` swaps it in).
+
+A round reads the published manifests through ``readers`` when given, one call per database
+(:class:`~shardfuse.pipeline.index.store.manifest_poll.PublishedManifests`: one statement for all its shards);
+a shard no reader answered for reads its own.
 """
 
 from __future__ import annotations
@@ -11,12 +15,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shardfuse.pipeline.core.errors import ShardfuseError
-from shardfuse.pipeline.index.lexical.mirror import ShardMirror
+from shardfuse.pipeline.index.lexical.manifest import ShardManifest
+from shardfuse.pipeline.index.lexical.mirror import ShardMirror, Unread
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +42,10 @@ class ShardFollowState:
 class IndexFollower:
     """Follows the published BM25 index of every shard this node serves."""
 
-    def __init__(self, mirrors: Sequence[ShardMirror], *, interval_s: float) -> None:
+    def __init__(self, mirrors: Sequence[ShardMirror], *, interval_s: float,
+                 readers: Sequence[Callable[[], Mapping[int, ShardManifest | None]]] = ()) -> None:
         self._mirrors = list(mirrors)
+        self._readers = list(readers)
         self._interval_s = interval_s
         self._states = {m.shard: ShardFollowState() for m in self._mirrors}
         self._stop = threading.Event()
@@ -46,9 +53,7 @@ class IndexFollower:
 
     def sync(self) -> None:
         """One round over every shard, raising the first failure (a :class:`ShardfuseError`)."""
-        failure: ShardfuseError | None = None
-        for mirror in self._mirrors:
-            failure = self._follow(mirror) or failure
+        failure = self._round()
         if failure is not None:
             raise failure
 
@@ -77,13 +82,26 @@ class IndexFollower:
     def _run(self) -> None:
         delay = self._interval_s
         while not self._stop.wait(delay):
-            failed = any([self._follow(mirror) is not None for mirror in self._mirrors])
+            failed = self._round() is not None
             delay = min(_MAX_BACKOFF_S, max(delay * 2, self._interval_s)) if failed else self._interval_s
 
-    def _follow(self, mirror: ShardMirror) -> ShardfuseError | None:
+    def _round(self) -> ShardfuseError | None:
+        """Every shard followed once; the first failure, if any."""
+        published: dict[int, ShardManifest | None] = {}
+        for read in self._readers:
+            try:
+                published.update(read())
+            except ShardfuseError as exc:  # those shards read their own, and report their own failures
+                logger.debug("reading published BM25 manifests together failed: %s", exc)
+        failure: ShardfuseError | None = None
+        for mirror in self._mirrors:
+            failure = self._follow(mirror, published.get(mirror.shard, Unread.UNREAD)) or failure
+        return failure
+
+    def _follow(self, mirror: ShardMirror, published: ShardManifest | None | Unread) -> ShardfuseError | None:
         state = self._states[mirror.shard]
         try:
-            manifest = mirror.follow()
+            manifest = mirror.follow(published)
         except ShardfuseError as exc:
             if state.error != str(exc):
                 logger.warning("shard %d: cannot follow the published BM25 index: %s", mirror.shard, exc)

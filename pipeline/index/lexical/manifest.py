@@ -142,6 +142,14 @@ def read_manifest(root: Path, shard: int) -> ShardManifest | None:
     Raises :class:`StoreUnavailableError` when the file cannot be read and :class:`PermanentError` when it
     is not a valid manifest (see the module docstring for why).
     """
+    found = read_manifest_text(root, shard)
+    return None if found is None else found[1]
+
+
+def read_manifest_text(root: Path, shard: int, *,
+                       last: tuple[str, ShardManifest] | None = None) -> tuple[str, ShardManifest] | None:
+    """:func:`read_manifest`, with the file's text; ``last``'s manifest when the text is ``last``'s (a follower
+    reads the file ten times a second, and it rarely changes)."""
     path = manifest_path(root, shard)
     try:
         text = path.read_text(encoding="utf-8")
@@ -149,6 +157,8 @@ def read_manifest(root: Path, shard: int) -> ShardManifest | None:
         return None
     except OSError as exc:
         raise StoreUnavailableError(f"cannot read BM25 manifest {path}: {exc}") from exc
+    if last is not None and last[0] == text:
+        return last
     try:
         manifest = ShardManifest.from_json(text)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -160,7 +170,7 @@ def read_manifest(root: Path, shard: int) -> ShardManifest | None:
             f"BM25 manifest {path} names shard {manifest.shard}, not {shard}; "
             f"check the BM25 root directory and rebuild shard {shard}"
         )
-    return manifest
+    return text, manifest
 
 
 def write_manifest(root: Path, manifest: ShardManifest) -> None:

@@ -22,6 +22,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
+from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
@@ -35,7 +36,7 @@ from shardfuse.pipeline.index.lexical.layout import (
     parse_generation_dir_name,
     shard_dir,
 )
-from shardfuse.pipeline.index.lexical.manifest import ShardManifest, read_manifest, write_manifest
+from shardfuse.pipeline.index.lexical.manifest import ShardManifest, read_manifest_text, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,12 @@ UPLOAD_STAMP = ".upload"
 _FOLLOW_ATTEMPTS = 3
 # Deltas kept in shared storage besides the published one (a follower mid-switch may still fetch it).
 _KEEP_DELTAS = 2
+
+
+class Unread(Enum):
+    """:meth:`ShardMirror.follow` reads the published manifest itself."""
+
+    UNREAD = "unread"
 
 
 class SegmentGone(LookupError):
@@ -90,6 +97,7 @@ class ShardMirror:
         self.shard = published.shard
         self._published = published
         self._directory = shard_dir(root, published.shard)
+        self._installed: tuple[str, ShardManifest] | None = None  # the local manifest file's text, parsed
 
     # -- builders (ShardPublishing) ------------------------------------------------------------------------
     @contextmanager
@@ -127,14 +135,17 @@ class ShardMirror:
         self._published.delete([s for s in stored if s not in keep])
 
     # -- query nodes -----------------------------------------------------------------------------------------
-    def follow(self) -> ShardManifest | None:
+    def follow(self, published: ShardManifest | None | Unread = Unread.UNREAD) -> ShardManifest | None:
         """Make the local copy the published index: fetch the directories it lacks, install the manifest.
 
-        Returns the manifest now installed (None: nothing is published). A builder of this node holding the
-        local lock publishes locally itself, so the install is skipped rather than waited for.
+        ``published``: the published manifest, when the caller read it already (with other shards', in one
+        statement); it is read again only if its segments are gone. Returns the manifest now installed (None:
+        nothing is published). A builder of this node holding the local lock publishes locally itself, so the
+        install is skipped rather than waited for.
         """
         for _ in range(_FOLLOW_ATTEMPTS):
-            manifest = self._published_manifest()
+            manifest = self._published_manifest() if published is Unread.UNREAD else published
+            published = Unread.UNREAD
             if manifest is None:
                 return None
             if _same(self.installed(), manifest):
@@ -154,11 +165,13 @@ class ShardMirror:
                                     "could fetch it; it will try again")
 
     def installed(self) -> ShardManifest | None:
-        """The manifest installed locally (what this node's readers serve)."""
+        """The manifest installed locally (what this node's readers serve); its file is parsed again only
+        when its text changed."""
         try:
-            return read_manifest(self.root, self.shard)
+            self._installed = read_manifest_text(self.root, self.shard, last=self._installed)
         except PermanentError:
-            return None
+            self._installed = None
+        return None if self._installed is None else self._installed[1]
 
     # -- the local copy --------------------------------------------------------------------------------------
     def _published_manifest(self) -> ShardManifest | None:

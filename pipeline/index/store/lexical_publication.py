@@ -169,10 +169,14 @@ def published_manifest(conn: psycopg.Connection[Any], schema: sql.Identifier, sh
     """The manifest published in ``schema`` (None: nothing published yet); :class:`PermanentError` when it is
     damaged or belongs to another shard."""
     row = conn.execute(sql.SQL("SELECT manifest FROM {s}.lexical_manifest").format(s=schema)).fetchone()
-    if row is None:
-        return None
+    return None if row is None else parse_published(row[0], shard)
+
+
+def parse_published(text: str, shard: int) -> ShardManifest:
+    """The manifest ``text`` published for ``shard``; :class:`PermanentError` when it is damaged or belongs to
+    another shard."""
     try:
-        manifest = ShardManifest.from_json(row[0])
+        manifest = ShardManifest.from_json(text)
     except ValueError as exc:
         raise PermanentError(f"shard {shard}: the published BM25 manifest is corrupt ({exc}); "
                              "rebuild the shard's BM25 index (`shardfuse bm25 rebuild`)") from exc

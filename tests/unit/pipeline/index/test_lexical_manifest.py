@@ -10,6 +10,7 @@ import pytest
 from shardfuse.pipeline.core.errors import PermanentError
 from shardfuse.pipeline.index.lexical import ShardManifest, build_shard_index, read_manifest
 from shardfuse.pipeline.index.lexical.layout import manifest_path
+from shardfuse.pipeline.index.lexical.manifest import read_manifest_text
 
 
 def _manifest(**overrides: object) -> ShardManifest:
@@ -108,3 +109,15 @@ def test_manifest_is_never_half_written_during_repeated_rebuilds(tmp_path: Path)
     assert len(seen) > 1
     final = read_manifest(tmp_path, 0)
     assert final is not None and final.generation == 31 and final.built_version == 30
+
+
+def test_a_manifest_file_is_parsed_again_only_when_its_text_changed(tmp_path: Path) -> None:
+    build_shard_index(tmp_path, 0, chunk_ids=["a"], zones=["z"], texts=["alpha"], built_version=1)
+    first = read_manifest_text(tmp_path, 0)
+    assert first is not None and first[1] == read_manifest(tmp_path, 0)
+    assert read_manifest_text(tmp_path, 0, last=first) is first  # same text: the last parse
+    build_shard_index(tmp_path, 0, chunk_ids=["a", "b"], zones=["z", "z"], texts=["alpha", "beta"], built_version=2)
+    second = read_manifest_text(tmp_path, 0, last=first)
+    assert second is not None and second[1].built_version == 2 and second[1] == read_manifest(tmp_path, 0)
+    manifest_path(tmp_path, 0).unlink()
+    assert read_manifest_text(tmp_path, 0, last=second) is None
