@@ -37,11 +37,13 @@ MIN_MAX_TOKENS = 4
 _LINE_END_SEARCH_SHARE = 0.25
 
 
-def chunk_text(text: str, *, counter: TokenCounter, max_tokens: int, overlap_tokens: int) -> list[Chunk]:
+def chunk_text(text: str, *, counter: TokenCounter, max_tokens: int, overlap_tokens: int,
+               bounds: npt.NDArray[np.int64] | None = None) -> list[Chunk]:
     """Split ``text`` into chunks of at most ``max_tokens`` tokens overlapping by ``overlap_tokens``.
 
     See the module docstring for the guarantees. ``text`` must be encodable as UTF-8 (no lone
     surrogates), which every text :func:`shardfuse.pipeline.ingest.decode.decode_content` returns is.
+    ``bounds``: the text's ``char_bounds``, if the caller has them.
     """
     if max_tokens < MIN_MAX_TOKENS:
         raise ValueError(f"max_tokens must be at least {MIN_MAX_TOKENS}, got {max_tokens}")
@@ -50,7 +52,13 @@ def chunk_text(text: str, *, counter: TokenCounter, max_tokens: int, overlap_tok
     if not text:
         return []
 
-    bounds = counter.encode_with_offsets(text).char_bounds
+    bounds = counter.encode_with_offsets(text).char_bounds if bounds is None else bounds
+    return _windows(text, bounds, counter, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+
+
+def _windows(text: str, bounds: npt.NDArray[np.int64], counter: TokenCounter, *, max_tokens: int,
+             overlap_tokens: int) -> list[Chunk]:
+    """:func:`chunk_text`'s windows of ``text``, whose token boundaries are ``bounds``."""
     newlines = newline_offsets(text)
     # Token boundaries that sit right after a "\n": the places where a window may end on a line end.
     line_ends = np.flatnonzero(np.isin(bounds, np.asarray(newlines, dtype=np.int64) + 1))
