@@ -172,7 +172,7 @@ def test_a_follower_reads_a_databases_shards_in_one_statement(store: ShardStore,
     assert _builder(tmp_path / "builder", second).update()["kind"] == "delta"
     follower.sync()
     assert "late.txt" in _paths(query_dir, second, "heron")
-    # The shards were never asked one by one, but when installing (under the lock, that it is still published).
+    # No shard was asked alone, except when installing (under the lock: is it still the one published?).
     assert [p.asked for p in published.values()] == [1, 2]
 
 
