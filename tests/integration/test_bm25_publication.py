@@ -5,7 +5,9 @@ directory; only the shard's database is shared."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import fakeredis
 import pytest
@@ -22,6 +24,7 @@ from shardfuse.pipeline.index.lexical.updates import ShardIndexer
 from shardfuse.pipeline.index.maintenance import manifest_readers
 from shardfuse.pipeline.index.store import DocStatus, DocumentChange, ShardStore
 from shardfuse.pipeline.index.store.lexical_publication import PART_BYTES, PostgresLexicalPublication
+from shardfuse.pipeline.index.store.manifest_poll import PublishedManifests
 from shardfuse.pipeline.index.store.schema import shard_schema
 from tests.integration.conftest import Stack, scratch_store
 
@@ -188,3 +191,49 @@ def test_a_follower_whose_database_read_fails_reads_each_shard_alone(store: Shar
     assert status[store.shard]["synced"] and status[store.shard]["installed"].startswith("gen_")
     assert not status[7]["synced"] and "lacks a table" in status[7]["error"]
     assert _paths(tmp_path / "query", store, "puffin") == {f"doc-{i}.txt" for i in range(5)}
+
+
+
+
+class _CountingPool:
+    """``pool``, recording the statements run on the connections it lends."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.statements = pool, list[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        with self.pool.connection() as conn:
+            original = conn.execute
+
+            def execute(statement: Any, *args: Any, **kwargs: Any) -> Any:
+                self.statements.append(statement if isinstance(statement, str) else statement.as_string(conn))
+                return original(statement, *args, **kwargs)
+
+            conn.execute = execute
+            try:
+                yield conn
+            finally:
+                del conn.execute
+
+
+def test_a_shard_without_a_schema_is_left_out_of_the_joint_read_until_it_has_one(
+        store: ShardStore, tmp_path: Path) -> None:
+    store.apply([_write("doc.txt", 1, "grebe")])
+    assert _builder(tmp_path / "builder", store).update()["kind"] == "merge"
+    late = ShardStore(store.pool, 9, dimensions=DIM)  # no schema yet
+    pool, now = _CountingPool(store.pool), [0.0]
+    reads = PublishedManifests(cast(Any, pool), [store.shard, late.shard], recheck_s=5.0, clock=lambda: now[0])
+    first = reads.read()  # the joint statement fails once; the shards with a table are read at once
+    assert set(first) == {store.shard} and first[store.shard] is not None and reads.left_out == (late.shard,)
+    assert len(pool.statements) == 3  # the joint read that failed, the tables looked up, the read of the rest
+    pool.statements.clear()
+    assert set(reads.read()) == {store.shard}  # before the recheck: one statement, naming only the shard it can
+    assert len(pool.statements) == 1 and shard_schema(late.shard) not in pool.statements[0]
+    late.ensure_schema()
+    assert set(reads.read()) == {store.shard}  # not looked up again before recheck_s
+    now[0] = 5.0
+    assert reads.read() == {store.shard: first[store.shard], late.shard: None} and reads.left_out == ()

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # operator intervention stopping the server (57P), system error (58). Client-side failures (refused
 # connections, a pool timeout) carry no SQLSTATE at all.
 _UNREACHABLE_STATES = ("08", "53", "57P", "58")
-_MISSING = (errors.UndefinedTable, errors.InvalidSchemaName)
+MISSING_TABLE = (errors.UndefinedTable, errors.InvalidSchemaName)  # a schema or table no worker has created yet
 
 
 def open_pool(
@@ -102,7 +102,7 @@ def postgres_location(conninfo: str) -> str:
 
 def translated(exc: psycopg.Error, *, what: str, where: str) -> ShardfuseError:
     """Our error for a psycopg error met while reaching ``what`` (``"shard 3"``) at ``where``."""
-    if isinstance(exc, _MISSING):
+    if isinstance(exc, MISSING_TABLE):
         return SchemaMissingError(f"{what} database (PostgreSQL at {where}) lacks a table no worker has created "
                                   f"yet: {exc}")
     if _unreachable(exc):

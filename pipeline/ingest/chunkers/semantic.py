@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import re
-from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -78,16 +77,15 @@ class _Tokens:
         self.counter = counter
         self._text = text
         self._line_aware = counter.encoding_name in _LINE_AWARE_ENCODINGS
-        self._array = counter.encode_with_offsets(text).char_bounds if self._line_aware else np.zeros(0, np.int64)
-        self._bounds: list[int] = self._array.tolist()
+        self._bounds = counter.encode_with_offsets(text).char_bounds if self._line_aware else np.zeros(0, np.int64)
 
     def marks(self, positions: list[int]) -> list[tuple[bool, int | None]]:
         """``(clean, boundary)`` of each of ``positions``, as :meth:`clean` and :meth:`_boundary` give them, with
         one vectorised search (a block's start and end are each looked up once, not twice)."""
-        if not self._bounds:
+        if not len(self._bounds):
             return [(self.clean(pos), None) for pos in positions]
-        at = np.searchsorted(self._array, positions)
-        hits = (self._array[np.minimum(at, len(self._bounds) - 1)] == positions).tolist()
+        at = np.searchsorted(self._bounds, positions)
+        hits = (self._bounds[np.minimum(at, len(self._bounds) - 1)] == positions).tolist()
         found = zip(positions, at.tolist(), hits, strict=True)
         return [(c := self.clean(pos), i if c and hit else None) for pos, i, hit in found]
 
@@ -111,7 +109,7 @@ class _Tokens:
         """The index of the token boundary at ``pos`` if ``pos`` is clean, else None."""
         if not self.clean(pos):
             return None
-        i = bisect_left(self._bounds, pos)
+        i = int(np.searchsorted(self._bounds, pos))
         return i if i < len(self._bounds) and self._bounds[i] == pos else None
 
 
