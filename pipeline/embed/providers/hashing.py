@@ -6,6 +6,7 @@ import hashlib
 import math
 import re
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 import numpy.typing as npt
@@ -55,10 +56,29 @@ class HashingEmbedder:
         return self._dimensions
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
-        """One unit-length row per text, shape ``(len(texts), dimensions)``."""
-        out = np.empty((len(texts), self._dimensions), dtype=np.float32)
-        for row, text in enumerate(texts):
-            out[row] = self._embed(text)
+        """One unit-length row per text, shape ``(len(texts), dimensions)``: the rows :meth:`embed_query` gives
+        each text, bit for bit, computed for the whole batch in one pass of numpy (a text's own pass cost ~20
+        µs of numpy calls: 25 % of an embed of SciFact-sized chunks, session 27)."""
+        count, dimensions = len(texts), self._dimensions
+        per_text = [self._word_digests(text) for text in texts]
+        lengths = np.fromiter(map(len, per_text), dtype=np.int64, count=count)
+        words = int(lengths.sum())
+        digests = np.fromiter(chain.from_iterable(per_text), dtype=np.uint64, count=words)
+        rows = np.repeat(np.arange(count, dtype=np.int64), lengths)
+        within = rows[:-1] == rows[1:]  # the bigrams that do not span two texts
+        features = np.concatenate([digests, bigram_digests(digests)[within]])
+        weights = np.where(features >> _TOP_BIT, -1.0, 1.0)
+        weights[words:] *= _BIGRAM_WEIGHT
+        buckets = ((features & _LOW_63) % np.uint64(dimensions)).astype(np.int64)
+        cells = np.concatenate([rows, rows[:-1][within]]) * dimensions + buckets
+        # Sums of ±1 and ±0.5, and their squares, are exact in float64: any order of summation gives the
+        # same vectors and norms as one text at a time.
+        vectors = np.bincount(cells, weights=weights, minlength=count * dimensions).reshape(count, dimensions)
+        norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
+        out = np.empty((count, dimensions), dtype=np.float32)
+        found = norms > 0.0
+        out[found] = (vectors[found] / norms[found, None]).astype(np.float32)
+        out[~found] = self._fallback
         return out
 
     def embed_query(self, text: str) -> Vectors:
@@ -66,13 +86,10 @@ class HashingEmbedder:
         return self._embed(text)
 
     def _embed(self, text: str) -> Vectors:
-        words = _WORD.findall(text.lower())
+        words = self._word_digests(text)
         if not words:
             return self._fallback.copy()
-        if len(self._digests) + len(words) > WORD_CACHE_SIZE:
-            self._digests.clear()
-        known = self._digests.get
-        digests = np.fromiter((known(w) or self._remember(w) for w in words), dtype=np.uint64, count=len(words))
+        digests = np.fromiter(words, dtype=np.uint64, count=len(words))
         features = np.concatenate([digests, bigram_digests(digests)])
         weights = np.where(features >> _TOP_BIT, -1.0, 1.0)  # the top bit picks the sign: collisions cancel
         weights[len(words):] *= _BIGRAM_WEIGHT
@@ -82,6 +99,13 @@ class HashingEmbedder:
         if norm == 0.0:
             return self._fallback.copy()
         return (vector / norm).astype(np.float32)
+
+    def _word_digests(self, text: str) -> list[int]:
+        words = _WORD.findall(text.lower())
+        if len(self._digests) + len(words) > WORD_CACHE_SIZE:
+            self._digests.clear()
+        known = self._digests.get
+        return [known(w) or self._remember(w) for w in words]
 
     def _remember(self, word: str) -> int:
         digest = self._digests[word] = word_digest(word)

@@ -37,6 +37,9 @@ CODE_STOPWORDS: frozenset[str] = frozenset({
 STOPWORDS = ENGLISH_STOPWORDS | CODE_STOPWORDS
 
 _WORD = re.compile(r"\w+")
+# In ASCII text the words ``\w+`` finds are the runs of letters, digits and "_": every other character made a
+# space and the text split gives the same words at C speed (the regex is most of the tokenizer's time).
+_ASCII_NON_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not (c.isalnum() or c == "_")})
 # One part of an ASCII identifier: an acronym before a capitalised word (HTTP|Server), a capitalised or
 # lower-case word, an all-caps run, or a run of digits.
 _ASCII_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -77,7 +80,7 @@ class Tokenizer:
     def __call__(self, text: str) -> list[str]:
         tokens: list[str] = []
         words = self._words
-        for word in _WORD.findall(text):
+        for word in text.translate(_ASCII_NON_WORD).split() if text.isascii() else _WORD.findall(text):
             known = words.get(word)
             if known is None:
                 if len(words) >= WORD_CACHE_SIZE:

@@ -91,3 +91,18 @@ def test_items_struck_out_are_dead_lettered_without_running_and_the_others_run(
     assert [letter["payload"] for letter in dead_letters] == [{"item": 1}]
     assert f"exceeded the hard time limit (150s) {MAX_STRIKES} times" in dead_letters[0]["reason"]
     assert dead_letters[0]["error_class"] == "shardfuse.workers.tasks.strikes.HardTimeLimitError"
+
+
+def test_a_document_is_known_by_its_event_and_never_shares_its_events_strikes(
+        redis_client: fakeredis.FakeRedis) -> None:
+    event = {"op": "write", "zone": "z", "path": "a.txt", "seq": 3, "content_hash": "sha256:" + "1" * 64}
+    document = {"event": event, "shard": 0, "chunks": [{"text": "a long chunk " * 100}], "refresh": False}
+    strikes = HardLimitStrikes(redis_client)
+    strikes.record([document])
+    # The same document in another message, its dict built again, keeps its strike; its event has none.
+    assert strikes.counts([{**document, "chunks": [dict(c) for c in document["chunks"]]}, event]) == [1, 0]
+    assert item_key({**document, "chunks": []}) == item_key(document)  # its event determines it: not digested
+    assert item_key({**document, "refresh": True}) != item_key(document)
+    assert item_key({**document, "event": {**event, "seq": 4}}) != item_key(document)
+    # Anything that is not a document of that form is digested whole, as before.
+    assert item_key({"event": "not a dict", "chunks": []}) != item_key({"event": "not a dict", "chunks": [1]})

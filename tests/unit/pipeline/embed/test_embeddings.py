@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -54,6 +55,24 @@ def test_hashing_is_deterministic_and_matches_query_path() -> None:
     texts = ["the quick brown fox", "jumps over the lazy dog"]
     np.testing.assert_array_equal(a.embed_documents(texts), b.embed_documents(texts))
     np.testing.assert_array_equal(a.embed_query(texts[0]), a.embed_documents(texts)[0])
+
+
+# Texts whose neighbours in a batch must not leak into each other: an empty text between two, a one-word
+# text (no bigram), the last word of one text the first of the next, repeats, and no words at all.
+BATCH = ["the quick brown fox", "", "fox", "fox jumps over the lazy dog dog dog", "!!!", "Quick quick QUICK",
+         "the end"]
+
+
+def test_hashing_a_batch_gives_each_text_its_own_vector_bit_for_bit() -> None:
+    embedder = HashingEmbedder(64)
+    batch = embedder.embed_documents(BATCH)
+    one_by_one = np.stack([embedder.embed_query(text) for text in BATCH])
+    assert batch.dtype == np.float32 and batch.tobytes() == one_by_one.tobytes()
+    # The vectors the hashing scheme v2 has always given (cached vectors stay valid): its name would change else.
+    assert embedder.name == "hashing:v2:64"
+    assert hashlib.sha256(batch.tobytes()).hexdigest() == (
+        "8e832efeecf3b4d96dba9eda5d9a505dbd42d24a22623b0f5b7dfd275d574ca1")
+    assert embedder.embed_documents([]).shape == (0, 64)
 
 
 def test_hashing_is_stable_across_processes() -> None:

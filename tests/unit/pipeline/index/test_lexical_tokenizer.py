@@ -57,3 +57,20 @@ def test_remembered_words_give_the_same_tokens_and_the_memory_is_bounded(monkeyp
     monkeypatch.setattr(tokenizer_module, "WORD_CACHE_SIZE", 3)
     assert tokenizer(text) == fresh and tokenizer(text) == fresh  # cleared when full, same tokens after
     assert len(tokenizer._words) <= 3
+
+
+def _by_the_regex(tokenizer: Tokenizer, text: str) -> list[str]:
+    """The tokens of ``text`` with every word found by ``\\w+`` (what ASCII text is read by at C speed)."""
+    return [token for word in tokenizer_module._WORD.findall(text) for token in tokenizer._word_tokens(word)]
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=300))
+def test_ascii_text_is_read_into_the_same_words_as_the_regex_reads(text: str) -> None:
+    # Every ASCII character: punctuation, control characters and the separators str.split() takes for spaces.
+    assert STEMMED(text) == _by_the_regex(STEMMED, text)
+
+
+def test_every_ascii_character_outside_words_separates_them() -> None:
+    text = "".join(f"a{chr(c)}b" for c in range(128))
+    assert text.isascii() and STEMMED(text) == _by_the_regex(STEMMED, text)
+    assert PLAIN("alpha_beta\x1fgamma\x0b(delta)") == ["alpha", "beta", "alpha_beta", "gamma", "delta"]
