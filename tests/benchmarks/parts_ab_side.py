@@ -1,0 +1,85 @@
+"""One side of :mod:`tests.benchmarks.parts_ab`: the CPU-bound parts of an ingest timed in this process with
+whichever ``shardfuse`` package is first on ``sys.path``, on SciFact's abstracts and celery's source. Prints
+one JSON line: each part's best-of-``--rounds`` CPU seconds (this thread's) and a digest of what it produced,
+so two revisions can be held to the same output.
+
+    python -m tests.benchmarks.parts_ab_side --root DIR [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SCIFACT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+ABSTRACTS = 5_000
+CHUNKED = 3_000
+
+
+def _best(work: Callable[[], Any], rounds: int) -> tuple[float, Any]:
+    """The least CPU seconds of this thread over ``rounds`` runs of ``work``, and its last result."""
+    best, result = float("inf"), None
+    for _ in range(rounds):
+        began = time.thread_time()
+        result = work()
+        best = min(best, time.thread_time() - began)
+    return round(best, 4), result
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, required=True, help="the package directory that must be imported")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    import celery
+
+    import shardfuse
+
+    imported = Path(shardfuse.__file__).resolve().parent
+    if imported != args.root.resolve():
+        print(f"parts_ab_side: imported shardfuse from {imported}, not {args.root}", file=sys.stderr)
+        return 2
+    from shardfuse.pipeline.core.token_counting import TokenCounter
+    from shardfuse.pipeline.embed.providers import HashingEmbedder
+    from shardfuse.pipeline.index.lexical import Tokenizer
+    from shardfuse.pipeline.ingest.chunkers import chunk_document
+    from tests.support.hostile_text import BUDGET, STRATEGIES
+
+    records = [json.loads(line) for line in SCIFACT.read_text(encoding="utf-8").splitlines()[:ABSTRACTS]]
+    abstracts = [f"{r['title']}\n\n{r['text']}" for r in records]
+    source = [p.read_text(encoding="utf-8", errors="replace")
+              for p in sorted(Path(celery.__file__).parent.rglob("*.py"))]
+    figures: dict[str, Any] = {}
+    for name, texts in (("tokenizer_scifact", abstracts), ("tokenizer_celery", source)):
+        tokenizer = Tokenizer()
+        figures[name + "_s"], tokens = _best(lambda t=tokenizer, x=texts: [t(text) for text in x], args.rounds)
+        figures[name + "_digest"] = _digest(tokens)
+    cut = [text[:1500] for text in abstracts]  # about a chunk each
+    for size in (8, 64, 256):
+        embedder = HashingEmbedder(384)
+        batches = [cut[i:i + size] for i in range(0, len(cut), size)]
+        figures[f"hashing_batch_{size}_s"], vectors = _best(
+            lambda e=embedder, b=batches: [e.embed_documents(batch).tobytes() for batch in b], args.rounds)
+        figures[f"hashing_batch_{size}_digest"] = _digest(vectors)
+    counter = TokenCounter()
+    figures["semantic_scifact_s"], chunks = _best(
+        lambda: [chunk_document(text, path="abstract.md", counter=counter, budget=BUDGET, strategies=STRATEGIES)
+                 for text in abstracts[:CHUNKED]], args.rounds)
+    figures["semantic_scifact_digest"] = _digest(chunks)
+    print(json.dumps(figures, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
