@@ -2,7 +2,7 @@
 30,000 chunks by default) with py-spy attached to every Celery pool (``--gil``: only the thread holding the GIL
 is sampled, so waits do not count), then each pool's functions by their share of its samples.
 
-    python -m tests.benchmarks.ingest_profile [--out DIR] [--seconds 45] [--top 40]
+    python -m tests.benchmarks.ingest_profile [--out DIR] [--seconds 45] [--delay 8] [--top 40]
 
 py-spy's raw stacks stay in ``--out`` (one file per pool) for a closer look. The side's own JSON line (chunks/s,
 CPU seconds per part) is printed too: the samplers slow the run, so time an unprofiled run for throughput.
@@ -14,8 +14,10 @@ import argparse
 import collections
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +29,9 @@ _LINE = re.compile(r":\d+\)")
 # Frames that wrap nearly every sample (interpreter start-up, Celery's command line and boot steps, thread and
 # pool entry points): left out of the ranking, which is meant to show where the work is.
 _WRAPPERS = ("<frozen ", "click/", "celery/bin/", "celery/__main__", "celery/bootsteps", "celery/worker/worker.py",
-             "threading.py", "billiard/", "concurrent/futures/thread.py", "importlib/")
+             "celery/worker/consumer/consumer.py", "celery/worker/loops.py", "celery/concurrency/",
+             "celery/app/trace.py", "kombu/asynchronous/hub.py", "threading.py", "billiard/",
+             "concurrent/futures/thread.py", "importlib/")
 
 
 def shares(raw: Path) -> tuple[int, list[tuple[str, float]]]:
@@ -65,7 +69,7 @@ def _pools(side: subprocess.Popen[str], wait_s: float) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("ingest-profile"))
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "shardfuse-ingest-profile")
     parser.add_argument("--chunks", type=int, default=30_000)
     parser.add_argument("--seconds", type=int, default=45, help="how long each pool is sampled")
     parser.add_argument("--delay", type=float, default=8.0, help="seconds between the pools' start and sampling")
@@ -76,16 +80,24 @@ def main(argv: list[str] | None = None) -> int:
     side = subprocess.Popen([sys.executable, "-m", "tests.benchmarks.ingest_ab_side", "--root", str(REPO),
                              "--chunks", str(args.chunks)], cwd=REPO, stdout=subprocess.PIPE, text=True,
                             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    pools = _pools(side, wait_s=180)
-    time.sleep(args.delay)  # past the pools' start-up, into the load
-    samplers = {queue: subprocess.Popen([str(spy), "record", "-p", str(pid), "--subprocesses", "--gil", "-r", "50",
-                                         "-f", "raw", "-d", str(args.seconds), "--nonblocking",
-                                         "-o", str(args.out / f"{queue}.txt")],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                for queue, pid in pools.items()}
-    for sampler in samplers.values():
-        sampler.wait()
-    output, _ = side.communicate()
+    try:
+        pools = _pools(side, wait_s=180)
+        time.sleep(args.delay)  # past the pools' start-up, into the load
+        samplers = {queue: subprocess.Popen([str(spy), "record", "-p", str(pid), "--subprocesses", "--gil",
+                                             "-r", "50", "-f", "raw", "-d", str(args.seconds), "--nonblocking",
+                                             "-o", str(args.out / f"{queue}.txt")],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    for queue, pid in pools.items()}
+        for sampler in samplers.values():
+            sampler.wait()
+        output, _ = side.communicate()
+    finally:
+        if side.poll() is None:  # the pools never started, or we were interrupted: the side stops its stack
+            side.send_signal(signal.SIGINT)  # a KeyboardInterrupt there runs its stack's shutdown; SIGTERM would not
+            try:
+                side.wait(120)
+            except subprocess.TimeoutExpired:
+                side.kill()
     for queue in samplers:
         raw = args.out / f"{queue}.txt"
         if not raw.exists():

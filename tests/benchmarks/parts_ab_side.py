@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-SCIFACT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "scifact" / "corpus.jsonl"  # as scale.DATA
 ABSTRACTS = 5_000
 CHUNKED = 3_000
 
