@@ -16,7 +16,6 @@ The last line is JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks.worktrees import REPO, baseline_worktree, describe_head, resolve
+from tests.benchmarks.worktrees import REPO, ab_command_line, baseline_worktree, describe_head, parse_ab
 
 DEFAULT_CHUNKS = 30_000
 
@@ -83,16 +82,7 @@ def _run_side(side: str, pair: int, *, package: Path, pythonpath: str | None, ch
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("baseline", help="the git revision to compare this working tree against")
-    parser.add_argument("--pairs", type=int, default=3, help="pairs of runs (default 3)")
-    args = parser.parse_args(argv)
-    if args.pairs < 1:
-        parser.error("--pairs must be at least 1")
-    try:
-        baseline = resolve(args.baseline)
-    except ValueError as exc:
-        parser.error(str(exc))
+    args, baseline = parse_ab(ab_command_line(__doc__, pairs=3), argv)
     chunks = int(os.environ.get("SHARDFUSE_BENCH_CHUNKS", str(DEFAULT_CHUNKS)))
     head = describe_head()
     print(f"this: {head}, baseline: {baseline[:9]}; {chunks:,} chunks a run", flush=True)

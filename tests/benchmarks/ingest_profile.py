@@ -58,8 +58,14 @@ def _pools(side: subprocess.Popen[str], wait_s: float) -> dict[str, int]:
         found: dict[str, int] = {}
         for proc in psutil.process_iter(["pid", "cmdline"]):
             cmd = proc.info["cmdline"] or []
-            if "celery" in " ".join(cmd) and "worker" in cmd and "-Q" in cmd and proc.parent() is not None \
-                    and "worker" not in (proc.parent().cmdline() or []):
+            if not ("celery" in " ".join(cmd) and "worker" in cmd and "-Q" in cmd):
+                continue
+            try:  # a pool's main process, not one of its children (py-spy follows those from it)
+                parent = proc.parent()
+                main_process = parent is None or "worker" not in parent.cmdline()
+            except psutil.Error:  # it, or its parent, ended meanwhile
+                continue
+            if main_process:
                 found[cmd[cmd.index("-Q") + 1]] = proc.info["pid"]
         if {"ingest", "embed", "maintenance"} <= found.keys():
             return found

@@ -11,7 +11,6 @@ and every part whose output differs. The last line is JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -20,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks.worktrees import REPO, baseline_worktree, describe_head, resolve
+from tests.benchmarks.worktrees import REPO, ab_command_line, baseline_worktree, describe_head, parse_ab
 
 
 def _side(package: Path, pythonpath: str | None) -> dict[str, Any]:
@@ -48,16 +47,7 @@ def compare(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("baseline", help="the git revision to compare this working tree against")
-    parser.add_argument("--pairs", type=int, default=2, help="pairs of runs (default 2)")
-    args = parser.parse_args(argv)
-    if args.pairs < 1:
-        parser.error("--pairs must be at least 1")
-    try:
-        baseline = resolve(args.baseline)
-    except ValueError as exc:
-        parser.error(str(exc))
+    args, baseline = parse_ab(ab_command_line(__doc__, pairs=2), argv)
     head = describe_head()
     print(f"this: {head}, baseline: {baseline[:9]}", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}

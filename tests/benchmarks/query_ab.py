@@ -18,7 +18,6 @@ compared this way. The last line is JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks.worktrees import REPO, baseline_worktree, describe_head, resolve
+from tests.benchmarks.worktrees import REPO, ab_command_line, baseline_worktree, describe_head, parse_ab
 
 SIDE = Path(__file__).resolve().with_name("ab_side.py")
 ZONE = "bench"
@@ -96,17 +95,11 @@ def _run_side(side: str, pair: int, *, package: Path, pythonpath: str | None, fi
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("baseline", help="the git revision to compare this working tree against")
-    parser.add_argument("--pairs", type=int, default=4, help="pairs of runs (default 4)")
+    parser = ab_command_line(__doc__, pairs=4)
     parser.add_argument("--rounds", type=int, default=2, help="passes over the 1,000 queries per run (default 2)")
-    args = parser.parse_args(argv)
-    if args.pairs < 1 or args.rounds < 1:
-        parser.error("--pairs and --rounds must be at least 1")
-    try:
-        baseline = resolve(args.baseline)
-    except ValueError as exc:
-        parser.error(str(exc))
+    args, baseline = parse_ab(parser, argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     # Imported here: they need the data directory and this revision's stack, not needed for --help.
     from tests.benchmarks import direct_load, scale

@@ -3,6 +3,7 @@ benchmarks (:mod:`tests.benchmarks.query_ab`, :mod:`tests.benchmarks.ingest_ab`)
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import subprocess
 import tempfile
@@ -52,3 +53,23 @@ def baseline_worktree(commit: str) -> Iterator[Baseline]:
             yield Baseline(commit=commit, tree=tree, pythonpath=str(work / "path"), work=work)
         finally:
             git("worktree", "remove", "--force", str(tree))
+
+
+def ab_command_line(doc: str, *, pairs: int) -> argparse.ArgumentParser:
+    """An A/B benchmark's command line: the baseline revision and ``--pairs``; its caller may add more."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("baseline", help="the git revision to compare this working tree against")
+    parser.add_argument("--pairs", type=int, default=pairs, help=f"pairs of runs (default {pairs})")
+    return parser
+
+
+def parse_ab(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, str]:
+    """The arguments and the baseline's commit; exits with the parser's usage error (before anything starts)
+    for ``--pairs`` below 1 or a revision that names no commit."""
+    args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
+    try:
+        return args, resolve(args.baseline)
+    except ValueError as exc:
+        parser.error(str(exc))
