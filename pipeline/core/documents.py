@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeGuard
 
 from shardfuse.pipeline.core.errors import InvalidEventError
 from shardfuse.pipeline.core.events import WriteEvent
@@ -117,10 +118,15 @@ class PreparedDocument:
     blocks: tuple[TextBlock, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The document as JSON for the embed message. A chunk whose text is its ``start_char:end_char`` slice
+        of the text the blocks hold goes without ``"text"`` (:meth:`from_dict` takes it from the blocks): each
+        chunk's text would otherwise travel twice, and encoding, checking and decoding the message cost in
+        proportion to its bytes. Any other chunk (one ending on the document's final newline, which the blocks
+        drop) carries its text."""
         return {
             "event": self.event.model_dump(mode="json"),
             "shard": self.shard,
-            "chunks": [c.to_dict() for c in self.chunks],
+            "chunks": _chunk_dicts(self.chunks, _whole_text(self.blocks)),
             "line_count": self.line_count,
             "dropped": dict(self.dropped),
             "refresh": self.refresh,
@@ -133,14 +139,16 @@ class PreparedDocument:
         way every time) for anything that is not a document of this form, or, given ``shards``, one placed on
         a shard its path does not belong to."""
         try:
+            event = WriteEvent.model_validate(data["event"])
+            blocks = tuple(_block(b) for b in data.get("blocks") or ())
             document = cls(
-                event=WriteEvent.model_validate(data["event"]),
+                event=event,
                 shard=int(data["shard"]),
-                chunks=tuple(Chunk.from_dict(c) for c in data["chunks"]),
+                chunks=_chunks_of(data["chunks"], blocks),
                 line_count=int(data["line_count"]),
                 dropped={str(k): int(v) for k, v in (data.get("dropped") or {}).items()},
                 refresh=bool(data.get("refresh", False)),
-                blocks=tuple(_block(b) for b in data.get("blocks") or ()),
+                blocks=blocks,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # pydantic's ValidationError included
             raise InvalidEventError(f"malformed embed document: {type(exc).__name__}: {exc}"[:2000]) from exc
@@ -158,3 +166,58 @@ def _block(raw: Any) -> TextBlock:
     if not isinstance(text, str) or int(start_line) < 1:
         raise ValueError(f"a text block is [start_line >= 1, text], got {str(raw)[:80]}")
     return TextBlock(start_line=int(start_line), text=text)
+
+
+def _whole_text(blocks: Sequence[TextBlock]) -> str | None:
+    """The decoded text ``blocks`` hold (without a final newline), or None when there are none or they are
+    not each line once, in order, from line 1 (a chunk's text is then not known to be a slice of it)."""
+    line = 1
+    for block in blocks:
+        if block.start_line != line:
+            return None
+        line += block.text.count("\n") + 1
+    return "\n".join(block.text for block in blocks) if blocks else None
+
+
+def _chunk_dicts(chunks: Sequence[Chunk], full: str | None) -> list[dict[str, Any]]:
+    """Each chunk's :meth:`Chunk.to_dict`, without ``"text"`` where ``full`` holds the text at its offsets."""
+    out = []
+    for chunk in chunks:
+        data = chunk.to_dict()
+        start, end = chunk.start_char, chunk.end_char
+        if full is not None and 0 <= start <= end <= len(full) and full[start:end] == chunk.text:
+            del data["text"]
+        out.append(data)
+    return out
+
+
+def _chunks_of(raw: Any, blocks: Sequence[TextBlock]) -> tuple[Chunk, ...]:
+    """The chunks of a message's document; a chunk without ``"text"`` takes its offsets' slice of the text
+    the blocks hold (:meth:`PreparedDocument.to_dict`), checked first."""
+    full: str | None = None
+    chunks = []
+    for i, data in enumerate(raw):
+        if isinstance(data, dict) and "text" not in data:
+            if full is None:
+                full = _whole_text(blocks)
+            data = {**data, "text": _slice_for(data, i, full)}
+        chunks.append(Chunk.from_dict(data))
+    return tuple(chunks)
+
+
+def _slice_for(data: dict[str, Any], index: int, full: str | None) -> str:
+    """``full[start_char:end_char]`` for a chunk sent without its text, or :class:`InvalidEventError`."""
+    name = f"chunk {index} (ordinal {str(data.get('ordinal'))[:20]})"
+    if full is None:
+        raise InvalidEventError(f"malformed embed document: {name} has no text and the document no blocks "
+                                "of its whole text to take it from")
+    start, end = data.get("start_char"), data.get("end_char")
+    if not (_is_int(start) and _is_int(end) and 0 <= start <= end <= len(full)):
+        raise InvalidEventError(f"malformed embed document: {name} has no text and its offsets "
+                                f"{str(start)[:20]}:{str(end)[:20]} are not a slice of the document's "
+                                f"{len(full)} characters")
+    return full[start:end]
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)

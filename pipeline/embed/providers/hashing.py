@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Sequence
 from itertools import chain
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
+from shardfuse.pipeline.core.words import words as words_of
 from shardfuse.pipeline.embed.providers.base import Vectors
 
-_WORD = re.compile(r"\w+")
 # Bigrams add a little word-order signal; weighted lower so shared words dominate similarity.
 _BIGRAM_WEIGHT = 0.5
 # Word digests remembered: words repeat across a corpus, and a blake2b digest costs far more than the
@@ -87,15 +87,15 @@ class HashingEmbedder:
         return row
 
     def _word_digests(self, text: str) -> list[int]:
-        words = _WORD.findall(text.lower())
-        if len(self._digests) + len(words) > WORD_CACHE_SIZE:
+        found = words_of(text.lower())
+        if len(self._digests) + len(found) > WORD_CACHE_SIZE:
             self._digests.clear()
-        known = self._digests.get
-        return [known(w) or self._remember(w) for w in words]
-
-    def _remember(self, word: str) -> int:
-        digest = self._digests[word] = word_digest(word)
-        return digest
+        digests = list(map(self._digests.get, found))  # at C speed: most words are known
+        if None in digests:
+            for at, digest in enumerate(digests):
+                if digest is None:
+                    digests[at] = self._digests[found[at]] = word_digest(found[at])
+        return cast(list[int], digests)  # every None was filled
 
 
 def word_digest(word: str) -> int:

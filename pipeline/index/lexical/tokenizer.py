@@ -18,6 +18,8 @@ from typing import Any
 
 import Stemmer
 
+from shardfuse.pipeline.core.words import words as words_of
+
 TOKENIZER_VERSION = "code-v1"
 
 # fmt: off
@@ -36,10 +38,6 @@ CODE_STOPWORDS: frozenset[str] = frozenset({
 # fmt: on
 STOPWORDS = ENGLISH_STOPWORDS | CODE_STOPWORDS
 
-_WORD = re.compile(r"\w+")
-# In ASCII text the words ``\w+`` finds are the runs of letters, digits and "_": every other character made a
-# space and the text split gives the same words at C speed (the regex is most of the tokenizer's time).
-_ASCII_NON_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not (c.isalnum() or c == "_")})
 # One part of an ASCII identifier: an acronym before a capitalised word (HTTP|Server), a capitalised or
 # lower-case word, an all-caps run, or a run of digits.
 _ASCII_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -79,15 +77,17 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         tokens: list[str] = []
-        words = self._words
-        for word in text.translate(_ASCII_NON_WORD).split() if text.isascii() else _WORD.findall(text):
-            known = words.get(word)
-            if known is None:
-                if len(words) >= WORD_CACHE_SIZE:
-                    words.clear()
-                known = words[word] = self._word_tokens(word)
-            tokens.extend(known)
+        remembered = self._words.get  # a method call only for a word not seen before: this loop is hot
+        for word in words_of(text):
+            known = remembered(word)
+            tokens.extend(self._learn(word) if known is None else known)
         return tokens
+
+    def _learn(self, word: str) -> tuple[str, ...]:
+        if len(self._words) >= WORD_CACHE_SIZE:
+            self._words.clear()
+        known = self._words[word] = self._word_tokens(word)
+        return known
 
     def _word_tokens(self, word: str) -> tuple[str, ...]:
         parts = split_identifier(word)

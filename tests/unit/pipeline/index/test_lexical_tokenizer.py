@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shardfuse.pipeline.core.words import WORD
 from shardfuse.pipeline.index.lexical import Tokenizer, split_identifier
 from shardfuse.pipeline.index.lexical import tokenizer as tokenizer_module
 
@@ -61,7 +62,7 @@ def test_remembered_words_give_the_same_tokens_and_the_memory_is_bounded(monkeyp
 
 def _by_the_regex(tokenizer: Tokenizer, text: str) -> list[str]:
     """The tokens of ``text`` with every word found by ``\\w+`` (what ASCII text is read by at C speed)."""
-    return [token for word in tokenizer_module._WORD.findall(text) for token in tokenizer._word_tokens(word)]
+    return [token for word in WORD.findall(text) for token in tokenizer._word_tokens(word)]
 
 
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=300))
@@ -74,3 +75,4 @@ def test_every_ascii_character_outside_words_separates_them() -> None:
     text = "".join(f"a{chr(c)}b" for c in range(128))
     assert text.isascii() and STEMMED(text) == _by_the_regex(STEMMED, text)
     assert PLAIN("alpha_beta\x1fgamma\x0b(delta)") == ["alpha", "beta", "alpha_beta", "gamma", "delta"]
+
