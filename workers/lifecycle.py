@@ -18,6 +18,7 @@ from celery import Celery, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.index.store.lag_reader import ShardLagReader
 from shardfuse.workers import monitor
 from shardfuse.workers.broker.redelivery import DeliveryWatch
 from shardfuse.workers.names import Queue
@@ -86,10 +87,13 @@ def _rebuild_watchdog(app: Celery, settings: Settings, client: redis.Redis) -> C
     anywhere (:class:`shardfuse.workers.monitor.LostRebuilds`: its message was lost while the broker was down), so
     it is searchable by keyword again without waiting for the next write to it or a ``shardfuse wait``."""
     lost = monitor.LostRebuilds(settings)
+    # One connection for every beat (the reader connects again after an error): a new one at each beat cost
+    # PostgreSQL a backend and a password exchange every few seconds for the worker's whole life.
+    lags = ShardLagReader(settings)
 
     def check() -> None:
         # unacked holds whole messages: read it (pending_work) only when some shard is behind.
-        state = (monitor.pending_work(settings, client) if monitor.stale_shards(settings, client)
+        state = (monitor.pending_work(settings, client, lags=lags) if monitor.stale_shards(settings, client, lags=lags)
                  else {"stale_shards": [], "pending": {}})
         for shard in lost.due(state, time.monotonic()):
             log.warning("shard %d's BM25 index is behind and no rebuild is queued: sending one", shard)

@@ -272,6 +272,7 @@ def wait_searchable(stack: Stack, *, timeout: float = 7200, poll_s: float = 0.2)
     nothing (waiting or in flight), every shard's BM25 generation (with its delta) includes every commit,
     and no shard's HNSW index is deferred. Unlike :meth:`Stack.wait` (``shardfuse wait``), maintenance
     work that is only scheduled (a BM25 merge waiting out its countdown) does not count."""
+    from shardfuse.pipeline.index.store.lag_reader import ShardLagReader
     from shardfuse.pipeline.index.store.schema import shard_schema
     from shardfuse.pipeline.index.store.vector_index import is_deferred
     from shardfuse.workers.monitor import broker_client, pending_work
@@ -280,9 +281,11 @@ def wait_searchable(stack: Stack, *, timeout: float = 7200, poll_s: float = 0.2)
     settings = stack.settings
     client = broker_client(settings)
     deadline = time.monotonic() + timeout
-    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+    # One reader for every look: a new one each 0.2 s cost PostgreSQL a backend and a password exchange, CPU
+    # the ingest being timed then lacked (session 28).
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn, ShardLagReader(settings) as lags:
         while time.monotonic() < deadline:
-            state = pending_work(settings, client)
+            state = pending_work(settings, client, lags=lags)
             if (not state["pending"][Queue.INGEST.value] and not state["pending"][Queue.EMBED.value]
                     and not state["stale_shards"]
                     and not any(is_deferred(conn, shard_schema(s)) for s in range(settings.shards))):

@@ -68,3 +68,15 @@ def test_rebuilds_are_paced_by_how_long_the_last_one_took() -> None:
     tracker.record_build(0, seconds=3.0)
     assert tracker.rebuild_delay(0, debounce_s=1.0) == 6.0
     assert tracker.rebuild_delay(1, debounce_s=1.0) == 1.0  # per shard
+
+
+def test_unacked_messages_are_counted_by_the_routing_key_at_their_end_whatever_their_body_holds() -> None:
+    client = fakeredis.FakeRedis()
+    tricky = '", "query"], "x", "maintenance\\"]'  # a body whose text looks like the end of an entry
+    client.hset("unacked", "a", json.dumps([{"body": tricky, "chunks": [1, 2, "a,b"]}, "", "embed"]))
+    client.hset("unacked", "b", json.dumps([{"body": "..."}, "", "embed"], indent=1))
+    client.hset("unacked", "c", json.dumps([{"body": "..."}, "", "maintenance"], separators=(",", ":")))
+    client.hset("unacked", "d", json.dumps([{"body": "..."}, "", 'a,"b"']))  # a key the tail cannot be read from
+    client.hset("unacked", "e", json.dumps([{"body": "..."}, ["embed"]]))  # not a triple
+    client.hset("unacked", "f", json.dumps([{"body": "..."}, "", ["ingest"]]))
+    assert unacked_by_queue(client) == {"ingest": 0, "embed": 2, "maintenance": 1, "query": 0}
