@@ -64,7 +64,7 @@ def unacked_by_queue(client: redis.Redis) -> dict[str, int]:
 def _routing_key(entry: bytes | str) -> str | None:
     """The routing key of one ``unacked`` entry, kombu's JSON ``[message, exchange, routing_key]``, read from
     after its last comma: the message holds the whole task body (every chunk of an embed message), and decoding
-    all of it cost a watching process the message's size at every look (``shardfuse wait`` looks 5 times a
+    all of it cost a watching process the message's size at every look (``shardfuse wait`` looks 4 times a
     second). A string literal cannot hold an unescaped quote, so a tail that decodes as a string is the last
     element (only kombu writes this hash, so an entry ending in one is its triple). Any other entry is decoded
     whole, as before, and not counted unless it is a triple."""
