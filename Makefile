@@ -66,17 +66,22 @@ demo: install
 # The whole suite: unit and integration tests, and beside them the fault-injection tests (each starts a stack
 # of its own and breaks it: kill -9 workers, restart Redis, stop PostgreSQL, a failing provider). The fault
 # tests spend most of their time waiting (visibility timeouts, restarts: ~90 % of the cores idle), so they run
-# in a second pytest process from the start, on ports of their own; their log is printed when both are done.
+# in a second pytest process from the start; their log is printed when both are done. The integration tests
+# wait too (alone, 45 % of 2 cores busy on average; sampled in session 29), so the main suite runs in
+# $(TEST_WORKERS) pytest-xdist workers, a test file to each (module fixtures start one stack per file), every
+# worker with a session stack of its own. Each process draws loopback ports from its own range
+# (tests/integration/ports.py).
 # Either failing fails `make test`; lint failing or Ctrl-C stops the fault tests at once, their stacks torn down
 # (tests/support/faults_pass.py: a background command starts with SIGINT ignored). Lint runs as $(LINT), not as
 # a sub-make, so that `make -n test` only prints.
 FAULTS_LOG := .cache/faults.log
+TEST_WORKERS ?= 2
 test: install
 	@mkdir -p .cache
 	@echo "fault-injection tests: running beside lint and the main suite (follow them: tail -f $(FAULTS_LOG))"
 	@$(BIN)/python -m tests.support.faults_pass > $(FAULTS_LOG) 2>&1 & \
 	faults=$$!; trap 'kill -TERM $$faults 2>/dev/null' INT TERM; \
-	if $(LINT); then $(BIN)/python -m pytest; main=$$?; \
+	if $(LINT); then $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile; main=$$?; \
 	else main=1; kill -TERM $$faults; fi; \
 	wait $$faults; faults_rc=$$?; \
 	echo; echo "==== fault-injection tests (exit $$faults_rc; $(FAULTS_LOG)) ===="; cat $(FAULTS_LOG); \

@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 
 # Below the kernel's ephemeral range (32768+), which concurrent clients and `bind(0)` draw from.
-PORT_RANGE = (20000, 32768)
+ALL_PORTS = (20000, 32768)
+# `make test` runs pytest-xdist workers (gw0, gw1, ...) beside the fault tests' own pytest: each worker draws
+# from a slot of its own, so two processes never hand out the same port before its server binds it. A pytest
+# without xdist (the fault tests, a test run by hand) takes slot 0.
+SLOTS = 4
+
+
+def _slot_range(worker: str | None) -> tuple[int, int]:
+    slot = 0 if not worker or not worker.removeprefix("gw").isdigit() else 1 + int(worker[2:]) % (SLOTS - 1)
+    width = (ALL_PORTS[1] - ALL_PORTS[0]) // SLOTS
+    return ALL_PORTS[0] + slot * width, ALL_PORTS[0] + (slot + 1) * width
+
+
+PORT_RANGE = _slot_range(os.environ.get("PYTEST_XDIST_WORKER"))
 # Every port handed out in this process: a port is only bound once its server starts, so until then another
 # call could draw it again (seen: Flower's readiness probe answered by a Redis given the same port).
 _ISSUED: set[int] = set()
