@@ -119,19 +119,24 @@ class PreparedDocument:
 
     def to_dict(self) -> dict[str, Any]:
         """The document as JSON for the embed message. A chunk whose text is its ``start_char:end_char`` slice
-        of the text the blocks hold goes without ``"text"`` (:meth:`from_dict` takes it from the blocks): each
+        of the document's text goes without ``"text"`` (:meth:`from_dict` takes it from the blocks): each
         chunk's text would otherwise travel twice, and encoding, checking and decoding the message cost in
-        proportion to its bytes. Any other chunk (one ending on the document's final newline, which the blocks
-        drop) carries its text."""
-        return {
+        proportion to its bytes. The blocks drop the document's final newline; ``"final_newline"`` puts it
+        back when a chunk ends on it. Any other chunk carries its text."""
+        full = _whole_text(self.blocks)
+        final_newline = full is not None and _ends_on_final_newline(self.chunks, full)
+        data = {
             "event": self.event.model_dump(mode="json"),
             "shard": self.shard,
-            "chunks": _chunk_dicts(self.chunks, _whole_text(self.blocks)),
+            "chunks": _chunk_dicts(self.chunks, full + "\n" if full is not None and final_newline else full),
             "line_count": self.line_count,
             "dropped": dict(self.dropped),
             "refresh": self.refresh,
             "blocks": [[b.start_line, b.text] for b in self.blocks],
         }
+        if final_newline:  # only then: a message without it reads as before
+            data["final_newline"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, *, shards: int | None = None) -> PreparedDocument:
@@ -144,7 +149,7 @@ class PreparedDocument:
             document = cls(
                 event=event,
                 shard=int(data["shard"]),
-                chunks=_chunks_of(data["chunks"], blocks),
+                chunks=_chunks_of(data["chunks"], blocks, final_newline=bool(data.get("final_newline", False))),
                 line_count=int(data["line_count"]),
                 dropped={str(k): int(v) for k, v in (data.get("dropped") or {}).items()},
                 refresh=bool(data.get("refresh", False)),
@@ -179,6 +184,12 @@ def _whole_text(blocks: Sequence[TextBlock]) -> str | None:
     return "\n".join(block.text for block in blocks) if blocks else None
 
 
+def _ends_on_final_newline(chunks: Sequence[Chunk], full: str) -> bool:
+    """Whether a chunk's text runs one newline past ``full`` (the blocks' text): the document ended with it."""
+    after = len(full) + 1
+    return any(c.end_char == after and c.text == full[c.start_char:] + "\n" for c in chunks)
+
+
 def _chunk_dicts(chunks: Sequence[Chunk], full: str | None) -> list[dict[str, Any]]:
     """Each chunk's :meth:`Chunk.to_dict`, without ``"text"`` where ``full`` holds the text at its offsets."""
     out = []
@@ -191,15 +202,18 @@ def _chunk_dicts(chunks: Sequence[Chunk], full: str | None) -> list[dict[str, An
     return out
 
 
-def _chunks_of(raw: Any, blocks: Sequence[TextBlock]) -> tuple[Chunk, ...]:
+def _chunks_of(raw: Any, blocks: Sequence[TextBlock], *, final_newline: bool = False) -> tuple[Chunk, ...]:
     """The chunks of a message's document; a chunk without ``"text"`` takes its offsets' slice of the text
-    the blocks hold (:meth:`PreparedDocument.to_dict`), checked first."""
+    the blocks hold, with the final newline when the message says the document had one
+    (:meth:`PreparedDocument.to_dict`), checked first."""
     full: str | None = None
     chunks = []
     for i, data in enumerate(raw):
         if isinstance(data, dict) and "text" not in data:
             if full is None:
                 full = _whole_text(blocks)
+                if full is not None and final_newline:
+                    full += "\n"
             data = {**data, "text": _slice_for(data, i, full)}
         chunks.append(Chunk.from_dict(data))
     return tuple(chunks)

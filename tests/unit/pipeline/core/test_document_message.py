@@ -1,6 +1,6 @@
-"""The embed message of a prepared document: each chunk's text travels once (the blocks hold it), read back
-exactly; messages of older releases read as before; a chunk without text that the blocks cannot give is a
-malformed message."""
+"""The embed message of a prepared document: each chunk's text travels once (the blocks hold it, and
+``final_newline`` the final newline they drop), read back exactly; messages of older releases read as before;
+a chunk without text that the blocks cannot give is a malformed message."""
 
 from __future__ import annotations
 
@@ -53,12 +53,36 @@ def test_chunks_that_are_slices_of_the_blocks_travel_without_text_and_read_back_
 
 
 def test_a_chunk_that_is_not_its_slice_of_the_blocks_carries_its_text() -> None:
-    document = _document(TEXT, [*SPANS, (2600, len(TEXT))])  # the last ends on the final "\n" the blocks drop
-    changed = _chunk(TEXT, 6, 0, 10, content="not the slice")
+    document = _document(TEXT, SPANS)
+    changed = _chunk(TEXT, 5, 0, 10, content="not the slice")
     document = PreparedDocument(event=EVENT, shard=0, chunks=(*document.chunks, changed), line_count=90,
                                 blocks=document.blocks)
-    assert ["text" in c for c in document.to_dict()["chunks"]] == [False] * 5 + [True, True]
+    assert ["text" in c for c in document.to_dict()["chunks"]] == [False] * 5 + [True]
     assert _trip(document) == document
+
+
+def test_a_last_chunk_ending_on_the_final_newline_travels_without_text_too() -> None:
+    # The blocks drop a document's final "\n"; the message says the document had one.
+    document = _document(TEXT, [*SPANS, (2600, len(TEXT))])
+    data = document.to_dict()
+    assert data["final_newline"] is True
+    assert all("text" not in c for c in data["chunks"])
+    assert _trip(document) == document
+    # A document whose chunks stop short of its final newline, or without one, keeps the older form.
+    assert "final_newline" not in _document(TEXT, SPANS).to_dict()
+    assert "final_newline" not in _document(TEXT.rstrip("\n"), [(0, 50), (50, len(TEXT.rstrip("\n")))]).to_dict()
+
+
+def test_a_chunk_past_the_final_newline_is_malformed() -> None:
+    data = _document(TEXT, [*SPANS, (2600, len(TEXT))]).to_dict()
+    data["chunks"][-1]["end_char"] = len(TEXT) + 1
+    with pytest.raises(InvalidEventError, match=r"chunk 5 \(ordinal 5\).*offsets"):
+        PreparedDocument.from_dict(data)
+    # Without the flag the same chunk is one character past the blocks' text.
+    data = _document(TEXT, [*SPANS, (2600, len(TEXT))]).to_dict()
+    del data["final_newline"]
+    with pytest.raises(InvalidEventError, match=r"chunk 5 \(ordinal 5\).*offsets"):
+        PreparedDocument.from_dict(data)
 
 
 def test_blocks_that_are_not_the_whole_text_from_line_one_carry_every_text() -> None:
@@ -131,7 +155,9 @@ def test_any_text_and_any_spans_read_back_exactly(data: st.DataObject, text: str
     document = PreparedDocument(event=EVENT, shard=0, chunks=tuple(chunks), line_count=text.count("\n") + 1,
                                 blocks=cut_blocks(text, max_lines=max_lines))
     assert _trip(document) == document
-    full = text[:-1] if text.endswith("\n") else text
+    # The whole text travels in the blocks, its final "\n" only when a chunk ends on it as a slice.
+    ends_on_it = any(c.end_char == len(text) > c.start_char and c.text == text[c.start_char:] for c in chunks)
+    full = text[:-1] if text.endswith("\n") and not ends_on_it else text
     carried = [c.end_char > len(full) or c.text != full[c.start_char:c.end_char] or not document.blocks
                for c in chunks]
     assert ["text" in c for c in document.to_dict()["chunks"]] == carried
