@@ -16,7 +16,12 @@ SLOTS = 4
 
 
 def _slot_range(worker: str | None) -> tuple[int, int]:
-    slot = 0 if not worker or not worker.removeprefix("gw").isdigit() else 1 + int(worker[2:]) % (SLOTS - 1)
+    if not (worker and worker.startswith("gw") and worker[2:].isdigit()):
+        return _slot(0)
+    return _slot(1 + int(worker[2:]) % (SLOTS - 1))
+
+
+def _slot(slot: int) -> tuple[int, int]:
     width = (ALL_PORTS[1] - ALL_PORTS[0]) // SLOTS
     return ALL_PORTS[0] + slot * width, ALL_PORTS[0] + (slot + 1) * width
 

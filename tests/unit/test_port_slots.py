@@ -17,4 +17,5 @@ def test_each_xdist_worker_and_a_plain_pytest_draw_from_ranges_of_their_own() ->
 def test_more_workers_than_slots_share_a_worker_slot_never_the_plain_one() -> None:
     assert _slot_range("gw3") == _slot_range("gw0")
     assert _slot_range("gw3") != _slot_range(None)
-    assert _slot_range("master") == _slot_range(None)
+    for name in ("master", "12", "gw", "gwx"):
+        assert _slot_range(name) == _slot_range(None), name
