@@ -96,7 +96,7 @@ def test_only_the_items_that_failed_are_retried_and_the_rest_stay_done(eager_app
     calls: list[list[int]] = []
     done: list[int] = []
 
-    @eager_app.task(name="test.batch", bind=True, base=PipelineTask)
+    @eager_app.task(name="test.batch", bind=True, base=PipelineTask, shared=False)
     def batch(self: PipelineTask, item: int | None = None, items: list[int] | None = None) -> dict[str, Any]:
         def work(xs: Sequence[int]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
             calls.append(list(xs))
@@ -124,7 +124,7 @@ def test_only_the_items_that_failed_are_retried_and_the_rest_stay_done(eager_app
 
 
 def _batch_task(app: Celery, failures_for: Any) -> Any:
-    @app.task(name="test.settle", bind=True, base=PipelineTask)
+    @app.task(name="test.settle", bind=True, base=PipelineTask, shared=False)
     def settle(self: PipelineTask, item: int | None = None, items: list[int] | None = None) -> dict[str, Any]:
         def work(xs: Sequence[int]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
             failures = [(x, failures_for(x)) for x in xs if failures_for(x) is not None]

@@ -38,7 +38,7 @@ def sent() -> Iterator[list[dict[str, Any]]]:
 def celery_app() -> Celery:
     app = Celery("freshness-test", broker="memory://")
 
-    @app.task(name="test.follow_up", bind=True)
+    @app.task(name="test.follow_up", bind=True, shared=False)
     def follow_up(self: Any) -> None:
         app.send_task("test.next", kwargs={})  # what an ingest task does with its documents
 

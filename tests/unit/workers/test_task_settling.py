@@ -31,7 +31,7 @@ def eager_app(monkeypatch: pytest.MonkeyPatch) -> Celery:
 
 
 def _whole_task(app: Celery, error: BaseException) -> Any:
-    @app.task(name="test.whole", bind=True, base=PipelineTask)
+    @app.task(name="test.whole", bind=True, base=PipelineTask, shared=False)
     def whole(self: PipelineTask, shard: int) -> dict[str, Any]:
         def work() -> dict[str, Any]:
             raise error
@@ -42,7 +42,7 @@ def _whole_task(app: Celery, error: BaseException) -> Any:
 
 
 def _items_task(app: Celery, error_for: Any) -> Any:
-    @app.task(name="test.items", bind=True, base=PipelineTask)
+    @app.task(name="test.items", bind=True, base=PipelineTask, shared=False)
     def items(self: PipelineTask, item: int | None = None, items: list[int] | None = None) -> dict[str, Any]:
         def work(xs: Sequence[int]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
             return {}, [(x, error_for(x)) for x in xs if error_for(x) is not None]

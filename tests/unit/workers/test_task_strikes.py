@@ -47,7 +47,7 @@ def dead_letters(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 def _items_task(app: Celery, ran: list[list[int]]) -> Any:
-    @app.task(name="test.struck", bind=True, base=PipelineTask, time_limit=150)
+    @app.task(name="test.struck", bind=True, base=PipelineTask, time_limit=150, shared=False)
     def items(self: PipelineTask, item: int | None = None, items: list[int] | None = None) -> dict[str, Any]:
         def work(xs: Sequence[int]) -> tuple[dict[str, Any], list[tuple[Any, BaseException]]]:
             ran.append(list(xs))
