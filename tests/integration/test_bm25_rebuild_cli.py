@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,18 @@ from shardfuse.pipeline.index.lexical.manifest import read_manifest
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
+
+
+def _lose(folder: Path) -> None:
+    """Delete ``folder`` as a lost disk would; the maintenance worker may still be writing a file into it
+    (seen once under make test's load: "Directory not empty"), so try again for a few seconds."""
+    for _ in range(50):
+        try:
+            shutil.rmtree(folder)
+            return
+        except OSError:
+            time.sleep(0.1)
+    shutil.rmtree(folder)
 
 
 def test_every_shard_gets_a_new_generation_rebuilt_from_postgres(stack: Stack) -> None:
@@ -26,7 +40,7 @@ def test_every_shard_gets_a_new_generation_rebuilt_from_postgres(stack: Stack) -
         assert manifest is not None
         before[shard] = manifest.generation
     # A lost BM25 folder (say a restore brought back PostgreSQL only): its generations are gone.
-    shutil.rmtree(root / "shard_0")
+    _lose(root / "shard_0")
     out = stack.cli("rebuild-bm25")
     assert out.stdout.count("full rebuild sent") == stack.settings.shards
     stack.wait()
