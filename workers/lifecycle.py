@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import redis
@@ -37,7 +38,9 @@ def _consumed_queues(app: Celery) -> list[str]:
 def connect_signals(app: Celery) -> None:
     """Connect this worker app's life cycle (below) to Celery's signals; once per process."""
     holder: RuntimeHolder = app.shardfuse_runtime
-    watch: list[DeliveryWatch] = []
+    # The delivery watch and what it alone uses (its Redis client, the rebuild watchdog's PostgreSQL
+    # connections), closed together after it stops.
+    watch: list[tuple[DeliveryWatch, ExitStack]] = []
 
     def child_started(**_: Any) -> None:
         holder.get().start_warm_up(_consumed_queues(app))
@@ -53,12 +56,15 @@ def connect_signals(app: Celery) -> None:
         # broker says it is alive, claims what it holds and releases what dead workers held, whether or not
         # PostgreSQL answers yet (and, if Redis does not, from the first interval it does).
         delivery = holder.settings.delivery
-        client = redis.Redis.from_url(holder.settings.broker.url)
-        watch.append(DeliveryWatch(client, interval_s=delivery.heartbeat_s, dead_after_s=delivery.dead_after_s,
-                                   restore=_restorer(app)))
+        resources = ExitStack()
+        client = resources.enter_context(redis.Redis.from_url(holder.settings.broker.url))
+        delivery_watch = DeliveryWatch(client, interval_s=delivery.heartbeat_s, dead_after_s=delivery.dead_after_s,
+                                       restore=_restorer(app))
+        watch.append((delivery_watch, resources))
         if Queue.MAINTENANCE.value in _consumed_queues(app):
-            watch[-1].heartbeat.on_beat(_rebuild_watchdog(app, holder.settings, client))
-        watch[-1].start()
+            lags = resources.enter_context(ShardLagReader(holder.settings))
+            delivery_watch.heartbeat.on_beat(_rebuild_watchdog(app, holder.settings, client, lags))
+        delivery_watch.start()
         # Then the warm-up, retried in the background while a store does not answer. Prefork children warm up in
         # worker_process_init; thread and solo pools run tasks in this process.
         if not isinstance(getattr(sender, "pool", None), PreforkPool):
@@ -67,8 +73,10 @@ def connect_signals(app: Celery) -> None:
     def stopping(**_: Any) -> None:
         # A prefork child forked after worker_ready inherits the list: only the process that started the
         # watch may stop it (stopping deletes its liveness and claims).
-        while watch and watch[-1].pid == os.getpid():
-            watch.pop().stop()
+        while watch and watch[-1][0].pid == os.getpid():
+            stopped, resources = watch.pop()
+            stopped.stop()  # joins the heartbeat: no beat uses the resources after this
+            resources.close()
         holder.close()
 
     receivers = [
@@ -82,14 +90,14 @@ def connect_signals(app: Celery) -> None:
         signal.connect(receiver, weak=False)
 
 
-def _rebuild_watchdog(app: Celery, settings: Settings, client: redis.Redis) -> Callable[[], None]:
+def _rebuild_watchdog(app: Celery, settings: Settings, client: redis.Redis,
+                      lags: ShardLagReader) -> Callable[[], None]:
     """A maintenance worker's beat: send the rebuild of a shard left behind with no maintenance work
     anywhere (:class:`shardfuse.workers.monitor.LostRebuilds`: its message was lost while the broker was down), so
     it is searchable by keyword again without waiting for the next write to it or a ``shardfuse wait``."""
     lost = monitor.LostRebuilds(settings)
-    # One connection for every beat (the reader connects again after an error): a new one at each beat cost
-    # PostgreSQL a backend and a password exchange every few seconds for the worker's whole life.
-    lags = ShardLagReader(settings)
+    # ``lags`` keeps one connection for every beat (it connects again after an error): a new one at each beat
+    # cost PostgreSQL a backend and a password exchange every few seconds for the worker's whole life.
 
     def check() -> None:
         # unacked holds whole messages: read it (pending_work) only when some shard is behind.
