@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from shardfuse.pipeline.index.lexical.manifest import read_manifest
 from tests.integration.conftest import Stack
@@ -15,15 +15,10 @@ from tests.integration.conftest import Stack
 pytestmark = pytest.mark.integration
 
 
+@retry(retry=retry_if_exception_type(OSError), stop=stop_after_delay(5), wait=wait_fixed(0.1), reraise=True)
 def _lose(folder: Path) -> None:
     """Delete ``folder`` as a lost disk would; the maintenance worker may still be writing a file into it
     (seen once under make test's load: "Directory not empty"), so try again for a few seconds."""
-    for _ in range(50):
-        try:
-            shutil.rmtree(folder)
-            return
-        except OSError:
-            time.sleep(0.1)
     shutil.rmtree(folder)
 
 
