@@ -56,15 +56,15 @@ def connect_signals(app: Celery) -> None:
         # broker says it is alive, claims what it holds and releases what dead workers held, whether or not
         # PostgreSQL answers yet (and, if Redis does not, from the first interval it does).
         delivery = holder.settings.delivery
-        resources = ExitStack()
-        client = resources.enter_context(redis.Redis.from_url(holder.settings.broker.url))
-        delivery_watch = DeliveryWatch(client, interval_s=delivery.heartbeat_s, dead_after_s=delivery.dead_after_s,
-                                       restore=_restorer(app))
-        watch.append((delivery_watch, resources))
-        if Queue.MAINTENANCE.value in _consumed_queues(app):
-            lags = resources.enter_context(ShardLagReader(holder.settings))
-            delivery_watch.heartbeat.on_beat(_rebuild_watchdog(app, holder.settings, client, lags))
-        delivery_watch.start()
+        with ExitStack() as opened:  # closed here if the watch cannot be set up, else when it stops
+            client = opened.enter_context(redis.Redis.from_url(holder.settings.broker.url))
+            delivery_watch = DeliveryWatch(client, interval_s=delivery.heartbeat_s,
+                                           dead_after_s=delivery.dead_after_s, restore=_restorer(app))
+            if Queue.MAINTENANCE.value in _consumed_queues(app):
+                lags = opened.enter_context(ShardLagReader(holder.settings))
+                delivery_watch.heartbeat.on_beat(_rebuild_watchdog(app, holder.settings, client, lags))
+            delivery_watch.start()
+            watch.append((delivery_watch, opened.pop_all()))
         # Then the warm-up, retried in the background while a store does not answer. Prefork children warm up in
         # worker_process_init; thread and solo pools run tasks in this process.
         if not isinstance(getattr(sender, "pool", None), PreforkPool):

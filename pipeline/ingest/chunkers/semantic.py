@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 
 from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.token_counting import TokenCounter
@@ -95,6 +96,17 @@ class _Tokens:
         if first is None or last is None:
             return self.counter.count(self._text[start:end])
         return last - first
+
+    def bounds_within(self, start: int, end: int) -> npt.NDArray[np.int64] | None:
+        """The token boundaries of ``text[start:end]`` as offsets into it, read off the whole text's tokenization
+        (its own ends added), or None without one. A token window needs only where tokens fall: it counts its own
+        text, so a slice that would tokenize differently at its edges costs nothing but a window's exact end. A
+        1 MB line of unclosed HTML tags was encoded twice without this."""
+        if not len(self._bounds):
+            return None
+        lo = int(np.searchsorted(self._bounds, start, side="right"))
+        hi = int(np.searchsorted(self._bounds, end, side="left"))
+        return np.concatenate(([0], self._bounds[lo:hi] - start, [end - start])).astype(np.int64)
 
     def clean(self, pos: int) -> bool:
         """Whether no token of the text can cross ``pos`` (see the class docstring)."""
@@ -190,9 +202,8 @@ def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget,
     sentences = _sentences(text, start, end)
     if len(sentences) > 1:
         return _balanced([part for s, e in sentences for part in _fit(text, s, e, tokens, budget)], tokens, budget)
-    windows = chunk_text(
-        text[start:end], counter=tokens.counter, max_tokens=budget.max_tokens, overlap_tokens=budget.overlap_tokens
-    )
+    windows = chunk_text(text[start:end], counter=tokens.counter, max_tokens=budget.max_tokens,
+                         overlap_tokens=budget.overlap_tokens, bounds=tokens.bounds_within(start, end))
     return [(start + w.start_char, start + w.end_char, w.token_count, True) for w in windows]
 
 

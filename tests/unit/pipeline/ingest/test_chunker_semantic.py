@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardfuse.pipeline.core.token_counting import TokenCounter
+from shardfuse.pipeline.core.token_counting import TokenCounter, TokenOffsets
 from shardfuse.pipeline.ingest.chunkers.base import ChunkBudget, Span
 from shardfuse.pipeline.ingest.chunkers.semantic import semantic_spans
 from tests.support.paths import REPO
@@ -513,3 +513,28 @@ def test_a_line_cut_at_sentences_gives_spans_of_about_equal_size() -> None:
     sizes = [COUNTER.count(t) for t in texts(line, spans)]
     assert len(sizes) == 2, sizes
     assert min(sizes) >= 0.7 * max(sizes), sizes
+
+
+class RecordingCounter(TokenCounter):
+    """cl100k, remembering the length of every text it encoded with offsets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[int] = []
+
+    def encode_with_offsets(self, text: str) -> TokenOffsets:
+        self.encoded.append(len(text))
+        return super().encode_with_offsets(text)
+
+
+@pytest.mark.parametrize("fmt", ["html", "markdown"])
+def test_a_line_cut_into_token_windows_is_encoded_once_with_the_document(fmt: str) -> None:
+    # A line with no sentence end over the budget, behind a heading and with multi-byte characters (token
+    # boundaries snapped inside characters): its windows read the document's one tokenization, not their own.
+    head = "<h1>Page</h1>\n<p>First paragraph.</p>\n" if fmt == "html" else "# Page\n\nFirst paragraph.\n\n"
+    text = head + "<h2 é中🙂 word " * 400 + "\n\nLast paragraph.\n"
+    counter = RecordingCounter()
+    spans = semantic_spans(text, fmt=fmt, counter=counter, budget=ChunkBudget(max_tokens=64, overlap_tokens=8))
+    assert_invariants(text, spans, 64)
+    assert sum(b.start < a.end for a, b in zip(spans, spans[1:], strict=False)) > 10  # windows overlap
+    assert counter.encoded == [len(text)]
