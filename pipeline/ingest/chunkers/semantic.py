@@ -21,8 +21,8 @@ and paragraphs (blank lines; in HTML also lines that open a block-level tag). Be
 The blocks (paragraphs, headings, fences) come from the format's parser in
 :mod:`shardfuse.pipeline.ingest.chunkers.markup_blocks`; this module fits them to the budget and packs them.
 
-Cost: one tokenization of the whole text (see :class:`_Tokens`), a regex pass per line, token windows only
-for lines over the budget.
+Cost: one tokenization of the whole text (:mod:`shardfuse.pipeline.ingest.chunkers.line_tokens`), a regex pass
+per line, token windows only for lines over the budget.
 """
 
 from __future__ import annotations
@@ -32,20 +32,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-import numpy as np
-import numpy.typing as npt
-
 from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers.base import ChunkBudget, Span
+from shardfuse.pipeline.ingest.chunkers.line_tokens import LineTokens
 from shardfuse.pipeline.ingest.chunkers.markup_blocks import PARSERS, Block, Heading, html_title, units_of
 from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text
 
-_BREAK_AFTER_INDENT = re.compile(r"[^\S\r\n]*[\r\n]")
 # The end of a sentence inside a line: its mark, closing quotes or brackets, then the spaces before the next.
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\]%][.!?])[\"')\]]*[ \t]+(?=[A-Z0-9(\[\"])")
-# Encodings whose pre-split takes a run of line breaks up to its last "\n" (``\s*[\r\n]+``), see _Tokens.
-_LINE_AWARE_ENCODINGS = frozenset({"cl100k_base", "o200k_base"})
 
 
 # Not frozen, for speed (never mutated): see markup_blocks.Block.
@@ -64,67 +59,6 @@ class _Piece:
     partial: bool  # sentences of a line over the budget: it starts or ends inside a line
 
 
-class _Tokens:
-    """Token counts of line ranges, read off one tokenization of the whole text.
-
-    cl100k and o200k pre-split text so that no piece runs from a line's ``"\\n"`` into the next line when that
-    line holds something other than whitespace before any ``"\\r"`` or ``"\\n"`` of its own. So a range that
-    starts and ends at such line starts (or at the text's ends) counts exactly the whole text's tokens between
-    them, and counts of adjacent ranges add up. Any other range, and any range in another encoding, is counted
-    on its own.
-    """
-
-    def __init__(self, text: str, counter: TokenCounter) -> None:
-        self.counter = counter
-        self._text = text
-        self._line_aware = counter.encoding_name in _LINE_AWARE_ENCODINGS
-        self._bounds = counter.encode_with_offsets(text).char_bounds if self._line_aware else np.zeros(0, np.int64)
-
-    def marks(self, positions: list[int]) -> list[tuple[bool, int | None]]:
-        """``(clean, boundary)`` of each of ``positions``, as :meth:`clean` and :meth:`_boundary` give them, with
-        one vectorised search (a block's start and end are each looked up once, not twice)."""
-        if not len(self._bounds):
-            return [(self.clean(pos), None) for pos in positions]
-        at = np.searchsorted(self._bounds, positions)
-        hits = (self._bounds[np.minimum(at, len(self._bounds) - 1)] == positions).tolist()
-        found = zip(positions, at.tolist(), hits, strict=True)
-        return [(c := self.clean(pos), i if c and hit else None) for pos, i, hit in found]
-
-    def count(self, start: int, end: int) -> int:
-        """The number of tokens of ``text[start:end]``, as :meth:`TokenCounter.count` gives it."""
-        first, last = self._boundary(start), self._boundary(end)
-        if first is None or last is None:
-            return self.counter.count(self._text[start:end])
-        return last - first
-
-    def bounds_within(self, start: int, end: int) -> npt.NDArray[np.int64] | None:
-        """The token boundaries of ``text[start:end]`` as offsets into it, read off the whole text's tokenization
-        (its own ends added), or None without one. A token window needs only where tokens fall: it counts its own
-        text, so a slice that would tokenize differently at its edges costs nothing but a window's exact end. A
-        1 MB line of unclosed HTML tags was encoded twice without this."""
-        if not len(self._bounds):
-            return None
-        lo = int(np.searchsorted(self._bounds, start, side="right"))
-        hi = int(np.searchsorted(self._bounds, end, side="left"))
-        return np.concatenate(([0], self._bounds[lo:hi] - start, [end - start])).astype(np.int64)
-
-    def clean(self, pos: int) -> bool:
-        """Whether no token of the text can cross ``pos`` (see the class docstring)."""
-        if pos in (0, len(self._text)):
-            return True
-        if not self._line_aware or self._text[pos - 1] != "\n":
-            return False
-        # A line that starts with anything but whitespace cannot be blank: the pattern is not needed there.
-        return not self._text[pos].isspace() or not _BREAK_AFTER_INDENT.match(self._text, pos)
-
-    def _boundary(self, pos: int) -> int | None:
-        """The index of the token boundary at ``pos`` if ``pos`` is clean, else None."""
-        if not self.clean(pos):
-            return None
-        i = int(np.searchsorted(self._bounds, pos))
-        return i if i < len(self._bounds) and self._bounds[i] == pos else None
-
-
 def semantic_spans(
     text: str, *, fmt: str, counter: TokenCounter, budget: ChunkBudget, title: str | None = None
 ) -> list[Span]:
@@ -139,7 +73,7 @@ def semantic_spans(
     if not text or text.isspace():
         return []
     doc_title, blocks = _with_title(text, fmt, parse(text), title)
-    pieces = _pieces(text, blocks, tokens=_Tokens(text, counter), budget=budget, title=doc_title)
+    pieces = _pieces(text, blocks, tokens=LineTokens(text, counter), budget=budget, title=doc_title)
     groups = _checked(text, _pack(pieces, budget), counter=counter, budget=budget)
     return [Span(start=g[0].start, end=g[-1].end, heading_path=_group_path(g), tokens=_group_tokens(g)) for g in groups]
 
@@ -156,7 +90,8 @@ def _with_title(text: str, fmt: str, blocks: list[Block], title: str | None) -> 
     return title or found or None, blocks
 
 
-def _pieces(text: str, blocks: list[Block], *, tokens: _Tokens, budget: ChunkBudget, title: str | None) -> list[_Piece]:
+def _pieces(text: str, blocks: list[Block], *, tokens: LineTokens, budget: ChunkBudget,
+            title: str | None) -> list[_Piece]:
     """Every block as pieces within the budget, each with the heading path it sits under. A block's range runs
     to the next block's start, so blank lines go with the block before them."""
     root: tuple[str, ...] = (title,) if title else ()
@@ -185,7 +120,7 @@ def _pieces(text: str, blocks: list[Block], *, tokens: _Tokens, budget: ChunkBud
     return pieces
 
 
-def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget,
+def _fit(text: str, start: int, end: int, tokens: LineTokens, budget: ChunkBudget,
          count: int | None = None) -> list[tuple[int, int, int, bool]]:
     """``text[start:end]`` as ``(start, end, tokens, is_window)`` parts within the budget: itself if it fits,
     else cut at blank lines, else at lines, else (a single line) at sentence ends, else into token windows
@@ -207,7 +142,7 @@ def _fit(text: str, start: int, end: int, tokens: _Tokens, budget: ChunkBudget,
     return [(start + w.start_char, start + w.end_char, w.token_count, True) for w in windows]
 
 
-def _balanced(parts: list[tuple[int, int, int, bool]], tokens: _Tokens,
+def _balanced(parts: list[tuple[int, int, int, bool]], tokens: LineTokens,
               budget: ChunkBudget) -> list[tuple[int, int, int, bool]]:
     """The sentences of one line (``parts``, token windows for a sentence over the budget) joined into runs of
     about equal size: as few as the budget allows. Greedy filling would leave a short last run (a line of 1.1
@@ -236,7 +171,7 @@ def _balanced(parts: list[tuple[int, int, int, bool]], tokens: _Tokens,
     return joined
 
 
-def _joined(group: list[tuple[int, int, int, bool]], tokens: _Tokens,
+def _joined(group: list[tuple[int, int, int, bool]], tokens: LineTokens,
             budget: ChunkBudget) -> list[tuple[int, int, int, bool]]:
     """``group`` (consecutive sentences) as one part, counted whole; as it was if a token crossing a joint
     takes the count over the budget."""
