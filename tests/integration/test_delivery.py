@@ -24,6 +24,7 @@ from shardfuse.workers.monitor import LostRebuilds
 from shardfuse.workers.stack.layout import StackLayout
 from shardfuse.workers.status import collect_status, format_status
 from tests.integration.conftest import REPO, Stack
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -166,12 +167,11 @@ def test_a_bm25_rebuild_whose_message_was_lost_is_sent_again_by_the_maintenance_
         assert pools.stores()[1].apply([DocumentChange(event=event, status=DocStatus.DELETED)])[0].applied
     Bm25Freshness(client).mark_dirty(1)
     assert 1 in monitor.stale_shards(stack.settings, client)
-    deadline = time.monotonic() + LostRebuilds(stack.settings).grace_s + 30
-    while time.monotonic() < deadline:
-        if next(row for row in monitor.bm25_freshness(stack.settings, client) if row["shard"] == 1)["current"]:
-            break
-        time.sleep(0.2)
-    else:
-        pytest.fail("shard 1's BM25 index stayed behind: the lost rebuild was never sent again")
+
+    def caught_up() -> bool:
+        return bool(next(row for row in monitor.bm25_freshness(stack.settings, client) if row["shard"] == 1)["current"])
+
+    eventually(caught_up, timeout=LostRebuilds(stack.settings).grace_s + 30, interval=0.2,
+               what="shard 1's BM25 index to catch up (the lost rebuild sent again)")
     resent = maintenance_log.read_text(errors="replace").count("no rebuild is queued: sending one")
     assert resent > resent_before

@@ -7,7 +7,6 @@ process died. (The hard time limit: tests/integration/test_hard_time_limit.py.)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from shardfuse.pipeline.index.store.schema import SHARED_SCHEMA
 from tests.integration.conftest import Stack, running_stack
 from tests.support.chat_server import FakeChatServer, fake_context, prompt_of
 from tests.support.openai_server import CHAT_COMPLETIONS, Received, Reply
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 # Far below the stall, far above what a sibling takes on a loaded machine (3 s once dead-lettered two siblings
@@ -93,15 +93,6 @@ def _top_path(stack: Stack, query: str, zone: str, mode: str) -> str | None:
     return results[0]["path"] if results else None
 
 
-def eventually(check: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.5)
-
-
 def test_a_document_that_overruns_its_deadline_is_dead_lettered_and_its_15_siblings_are_indexed(
     deadline_stack: Stack,
 ) -> None:
@@ -112,7 +103,7 @@ def test_a_document_that_overruns_its_deadline_is_dead_lettered_and_its_15_sibli
         for i, path in enumerate(paths):
             publisher.write(zone=zone, path=path, data=_document(i, STALL if i == 7 else ""))
     deadline_stack.wait(timeout=180)
-    dead = eventually(lambda: dead_letters(deadline_stack, zone), timeout=30)
+    dead = eventually(lambda: dead_letters(deadline_stack, zone), timeout=30, what="the overrun document's dead letter")
 
     assert [letter["path"] for letter in dead] == [paths[7]]
     assert dead[0]["error_class"].endswith("DeadlineExceededError")

@@ -32,6 +32,7 @@ from shardfuse.workers.broker.envelope import QUEUE_TASKS, check_envelope
 from shardfuse.workers.broker.inbox import UNREADABLE_KEY
 from shardfuse.workers.names import Queue, Task
 from tests.integration.conftest import Stack, running_stack
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -194,13 +195,6 @@ def _dead_letters(stack: Stack) -> Counter[str]:
     return Counter({str(task): int(n) for task, n in rows})
 
 
-def _wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def test_hostile_messages_on_every_queue_are_set_aside_and_good_work_goes_on(stack: Stack) -> None:
     started = time.monotonic()
     templates = _templates()
@@ -227,10 +221,11 @@ def test_hostile_messages_on_every_queue_are_set_aside_and_good_work_goes_on(sta
     expected_letters = Counter({Task.INGEST.value: sum(1 for one in hostile[Queue.INGEST] if one.fate == "dead letter"),
                                 Task.EMBED.value: sum(1 for one in hostile[Queue.EMBED] if one.fate == "dead letter")})
     stack.wait(timeout=240)
-    _wait_for(lambda: broker.llen(UNREADABLE_KEY) >= fates["unreadable"], 120, "the unreadable items")
-    _wait_for(lambda: _dead_letters(stack) == expected_letters, 120, "the dead letters")
+    eventually(lambda: broker.llen(UNREADABLE_KEY) >= fates["unreadable"], timeout=120, what="the unreadable items")
+    eventually(lambda: _dead_letters(stack) == expected_letters, timeout=120, what="the dead letters")
     query_errors = [one.task_id for one in hostile[Queue.QUERY] if one.fate == "error" and one.task_id]
-    _wait_for(lambda: _failed_results(backend, query_errors) == len(query_errors), 60, "the refused searches")
+    eventually(lambda: _failed_results(backend, query_errors) == len(query_errors), timeout=60,
+               what="the refused searches")
 
     # Every good document, by each leg.
     for i, word in enumerate(words):

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from tests.integration.ports import free_port
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, keep_screenshot
 from tests.support.monitoring import PROMETHEUS, PROMETHEUS_DIR, alert_expressions, dashboard, panel_queries
 from tests.support.paths import REPO
+from tests.support.polling import eventually
 
 pytestmark = [
     pytest.mark.integration,
@@ -83,16 +84,6 @@ class Prometheus:
         return float(result[0]["value"][1]) if result else 0.0
 
 
-def _until(what: str, check: Callable[[], Any], *, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        outcome = check()
-        if outcome:
-            return outcome
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -110,7 +101,8 @@ def exporter_url(stack: Stack) -> Iterator[str]:
         env=stack.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
-        _until("the exporter", lambda: _ready(f"http://127.0.0.1:{port}/metrics") or proc.poll() is not None)
+        eventually(lambda: _ready(f"http://127.0.0.1:{port}/metrics") or proc.poll() is not None, timeout=60,
+                   what="the exporter")
         assert proc.poll() is None, proc.communicate()
         yield f"127.0.0.1:{port}"
     finally:
@@ -148,14 +140,15 @@ def prometheus(stack: Stack, exporter_url: str, tmp_path_factory: pytest.TempPat
                                  f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     running = Prometheus(f"http://127.0.0.1:{port}")
     try:
-        _until("Prometheus to be ready", lambda: _ready(f"{running.url}/-/ready") or proc.poll() is not None)
+        eventually(lambda: _ready(f"{running.url}/-/ready") or proc.poll() is not None, timeout=60,
+                   what="Prometheus to be ready")
         assert proc.poll() is None, (folder / "prometheus.log").read_text()[-3000:]
 
         def all_up() -> bool:
             targets = running.api("targets")["activeTargets"]
             return len(targets) == len(Queue) + 1 and all(t["health"] == "up" for t in targets)
 
-        _until("every target to be scraped", all_up)
+        eventually(all_up, timeout=60, what="every target to be scraped")
         yield running
     finally:
         proc.terminate()
@@ -184,7 +177,7 @@ def test_every_dashboard_query_evaluates_on_prometheus_and_the_core_ones_have_da
         return [f"{q.panel} {q.ref_id}: {q.promql}" for q in required if not prometheus.query(q.promql)]
 
     # The [10s] rates need two scrapes of the new counts: wait for them (a bad query fails at once).
-    _until("every core dashboard query to return data", lambda: not empty(), timeout=30)
+    eventually(lambda: not empty(), timeout=30, what="every core dashboard query to return data")
     for query in queries:
         prometheus.query(query.promql)  # valid PromQL, evaluated
 
@@ -200,7 +193,7 @@ def test_the_alert_rules_evaluate_on_the_live_series(prometheus: Prometheus) -> 
         rules = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"]]
         return rules if all(rule["health"] != "unknown" for rule in rules) else None
 
-    rules = _until("every rule to be evaluated", evaluated, timeout=30)
+    rules = eventually(evaluated, timeout=30, what="every rule to be evaluated")
     assert {rule["name"] for rule in rules} == set(alert_expressions())
     assert all(rule["health"] == "ok" for rule in rules), [(r["name"], r.get("lastError")) for r in rules]
     firing = {rule["name"] for rule in rules if rule["type"] == "alerting" and rule["state"] == "firing"}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 
 import fakeredis
 import pytest
@@ -20,6 +19,7 @@ from shardfuse.workers.broker.redelivery import (
     publish_claims,
     release_orphans,
 )
+from tests.support.polling import eventually
 
 NOW = 1_000_000.0
 
@@ -79,15 +79,6 @@ def test_the_watch_claims_what_its_worker_holds_and_restores_the_rest(client: fa
     assert claimed_tags(client) == {"mine"}
 
 
-def _until(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def test_a_watch_started_before_redis_answers_starts_watching_when_it_does() -> None:
     server = fakeredis.FakeServer()
     server.connected = False  # the broker is not up yet
@@ -99,9 +90,9 @@ def test_a_watch_started_before_redis_answers_starts_watching_when_it_does() -> 
         assert not watch.watching
         server.connected = True
         _delivered(client, "lost", at=0)
-        assert _until(lambda: watch.watching), "the watch never started"
+        eventually(lambda: watch.watching, timeout=10, what="the watch to start", interval=0.02)
         assert client.exists(alive_key(watch.holder))
-        assert _until(lambda: restored == ["lost"])
+        eventually(lambda: restored == ["lost"], timeout=10, what="the lost message to be restored", interval=0.02)
         assert claimed_tags(client) == {"mine"}
     finally:
         watch.stop()
