@@ -18,7 +18,8 @@ import pytest
 
 from shardfuse.workers.tasks.strikes import MAX_STRIKES
 from tests.integration.conftest import Stack, running_stack
-from tests.integration.test_document_deadlines import dead_letters, eventually, indexed, ingest_processes
+from tests.integration.test_document_deadlines import dead_letters, indexed, ingest_processes
+from tests.support.polling import eventually
 
 pytestmark = pytest.mark.integration
 SOFT_S, HARD_S = 2, 3
@@ -49,7 +50,7 @@ def test_a_message_the_hard_limit_kills_comes_back_and_is_dead_lettered_after_it
     big = ("f(a)\n" * 2_000_000)[:9_900_000].encode()
     with limited_stack.publisher() as publisher:
         publisher.write(zone=ZONE, path="generated/big.py", data=big)
-    dead = eventually(lambda: dead_letters(limited_stack, ZONE), timeout=300)
+    dead = eventually(lambda: dead_letters(limited_stack, ZONE), timeout=300, what="the killed message's dead letter")
     log = Path(limited_stack.state.components["worker-ingest"].log).read_text()
 
     assert [letter["path"] for letter in dead] == ["generated/big.py"]  # came back, then set aside: not lost

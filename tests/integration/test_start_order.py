@@ -14,7 +14,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from shardfuse.workers.names import Queue
 from shardfuse.workers.stack import down, read_state, up
 from shardfuse.workers.stack.launcher import WORKERS
 from tests.integration.ports import free_port, free_port_run
+from tests.support.polling import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -84,13 +85,6 @@ def _plant_a_dead_workers_messages(client: redis.Redis) -> None:
     register(client, inbox=inbox, holder=DEAD_HOLDER, queue=PROBE, now=time.time() - 3600)
 
 
-def _eventually(check: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        time.sleep(0.25)
-
-
 def _registered_queues(client: redis.Redis) -> set[str]:
     return {json.loads(raw)["queue"] for raw in client.hvals(INBOXES_KEY)}
 
@@ -114,12 +108,12 @@ def test_workers_started_before_postgres_watch_at_once_and_index_when_it_comes(s
     assert not _postgres_answers(settings)
 
     # Every pool's broker process beats and has registered an inbox for its queue, PostgreSQL or not.
-    _eventually(lambda: len(list(client.scan_iter(f"{ALIVE_PREFIX}consumer@*"))) >= len(WORKERS), timeout=30,
-                what="a liveness key per pool")
-    _eventually(lambda: {q.value for q in Queue} <= _registered_queues(client), timeout=30,
-                what="an inbox registration per queue")
+    eventually(lambda: len(list(client.scan_iter(f"{ALIVE_PREFIX}consumer@*"))) >= len(WORKERS), timeout=30,
+               what="a liveness key per pool", interval=0.25)
+    eventually(lambda: {q.value for q in Queue} <= _registered_queues(client), timeout=30,
+               what="an inbox registration per queue", interval=0.25)
     # The dead worker's messages are back on their queue: reaped without PostgreSQL.
-    _eventually(lambda: client.llen(PROBE) == 2, timeout=30, what="the dead worker's messages put back")
+    eventually(lambda: client.llen(PROBE) == 2, timeout=30, what="the dead worker's messages put back", interval=0.25)
     assert not client.hexists(UNACKED, "dead-unacked")
     assert not client.hexists(INBOXES_KEY, inbox_key(DEAD_HOLDER, PROBE))
     assert not _postgres_answers(settings)
