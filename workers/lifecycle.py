@@ -17,6 +17,7 @@ from typing import Any
 import redis
 from celery import Celery, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
+from celery.utils.dispatch import Signal
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.index.store.lag_reader import ShardLagReader
@@ -36,58 +37,86 @@ def _consumed_queues(app: Celery) -> list[str]:
 
 
 def connect_signals(app: Celery) -> None:
-    """Connect this worker app's life cycle (below) to Celery's signals; once per process."""
-    holder: RuntimeHolder = app.shardfuse_runtime
-    # The delivery watch and what it alone uses (its Redis client, the rebuild watchdog's PostgreSQL
-    # connections), closed together after it stops.
-    watch: list[tuple[DeliveryWatch, ExitStack]] = []
+    """Connect this worker app's life cycle (:class:`_LifeCycle`) to Celery's signals; once per process."""
+    life = _LifeCycle(app)
+    receivers: list[tuple[Signal, Callable[..., None]]] = [
+        (signals.worker_process_init, life.child_started),
+        (signals.worker_init, life.worker_starting),
+        (signals.worker_ready, life.worker_ready),
+        (signals.worker_process_shutdown, life.stopping),
+        (signals.worker_shutdown, life.stopping),
+    ]
+    for signal, receiver in receivers:
+        signal.connect(receiver, weak=False)
 
-    def child_started(**_: Any) -> None:
-        holder.get().start_warm_up(_consumed_queues(app))
 
-    def worker_starting(**_: Any) -> None:
+class _LifeCycle:
+    """The receivers of one worker app's signals.
+
+    Celery's signals are global to a process, and another app's worker started in it (a test's in-thread
+    worker, an application's own Celery app) sends them too: only this app's worker may start this app's runtime
+    and delivery watch, or close them. Its ``worker_init`` marks the process as this app's (a prefork child
+    inherits the mark).
+    """
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self.holder: RuntimeHolder = app.shardfuse_runtime
+        self.ours = threading.Event()
+        # The delivery watch and what it alone uses (its Redis client, the rebuild watchdog's PostgreSQL
+        # connections), closed together after it stops.
+        self.watch: list[tuple[DeliveryWatch, ExitStack]] = []
+
+    def _of_this_app(self, sender: Any) -> bool:
+        return getattr(sender, "app", None) is self.app
+
+    def child_started(self, **_: Any) -> None:
+        if self.ours.is_set():
+            self.holder.get().start_warm_up(_consumed_queues(self.app))
+
+    def worker_starting(self, sender: Any = None, **_: Any) -> None:
+        if not self._of_this_app(sender):
+            return
+        self.ours.set()
         # A thread pool's consumer loop is I/O-bound: after each socket read it needs the GIL back, and with
         # the default 5 ms switch interval a busy task thread keeps it that long every time. Hand it over
         # sooner.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
 
-    def worker_ready(sender: Any = None, **_: Any) -> None:
+    def worker_ready(self, sender: Any = None, **_: Any) -> None:
+        if not self._of_this_app(sender):
+            return
         # Workers start in any order with their stores. First the watch: the process that talks to the
         # broker says it is alive, claims what it holds and releases what dead workers held, whether or not
         # PostgreSQL answers yet (and, if Redis does not, from the first interval it does).
-        delivery = holder.settings.delivery
-        with ExitStack() as opened:  # closed here if the watch cannot be set up, else when it stops
-            client = opened.enter_context(redis.Redis.from_url(holder.settings.broker.url))
-            delivery_watch = DeliveryWatch(client, interval_s=delivery.heartbeat_s,
-                                           dead_after_s=delivery.dead_after_s, restore=_restorer(app))
-            if Queue.MAINTENANCE.value in _consumed_queues(app):
-                lags = opened.enter_context(ShardLagReader(holder.settings))
-                delivery_watch.heartbeat.on_beat(_rebuild_watchdog(app, holder.settings, client, lags))
-            delivery_watch.start()
-            watch.append((delivery_watch, opened.pop_all()))
+        self._start_watch()
         # Then the warm-up, retried in the background while a store does not answer. Prefork children warm up in
         # worker_process_init; thread and solo pools run tasks in this process.
         if not isinstance(getattr(sender, "pool", None), PreforkPool):
-            holder.get().start_warm_up(_consumed_queues(app))
+            self.holder.get().start_warm_up(_consumed_queues(self.app))
 
-    def stopping(**_: Any) -> None:
+    def _start_watch(self) -> None:
+        settings = self.holder.settings
+        with ExitStack() as opened:  # closed here if the watch cannot be set up, else when it stops
+            client = opened.enter_context(redis.Redis.from_url(settings.broker.url))
+            delivery_watch = DeliveryWatch(client, interval_s=settings.delivery.heartbeat_s,
+                                           dead_after_s=settings.delivery.dead_after_s, restore=_restorer(self.app))
+            if Queue.MAINTENANCE.value in _consumed_queues(self.app):
+                lags = opened.enter_context(ShardLagReader(settings))
+                delivery_watch.heartbeat.on_beat(_rebuild_watchdog(self.app, settings, client, lags))
+            delivery_watch.start()
+            self.watch.append((delivery_watch, opened.pop_all()))
+
+    def stopping(self, sender: Any = None, **_: Any) -> None:
+        if not self.ours.is_set() or (sender is not None and not self._of_this_app(sender)):
+            return
         # A prefork child forked after worker_ready inherits the list: only the process that started the
         # watch may stop it (stopping deletes its liveness and claims).
-        while watch and watch[-1][0].pid == os.getpid():
-            stopped, resources = watch.pop()
+        while self.watch and self.watch[-1][0].pid == os.getpid():
+            stopped, resources = self.watch.pop()
             stopped.stop()  # joins the heartbeat: no beat uses the resources after this
             resources.close()
-        holder.close()
-
-    receivers = [
-        (signals.worker_process_init, child_started),
-        (signals.worker_init, worker_starting),
-        (signals.worker_ready, worker_ready),
-        (signals.worker_process_shutdown, stopping),
-        (signals.worker_shutdown, stopping),
-    ]
-    for signal, receiver in receivers:
-        signal.connect(receiver, weak=False)
+        self.holder.close()
 
 
 def _rebuild_watchdog(app: Celery, settings: Settings, client: redis.Redis,

@@ -35,14 +35,15 @@ def connections():
     return sorted(c.raddr.port for c in psutil.Process().net_connections("tcp")
                   if c.raddr and c.status == psutil.CONN_ESTABLISHED and c.raddr.port in ports)
 
-class Worker:  # what worker_ready reads of its sender: a thread pool's worker warms up in its own process
+class Worker:  # what the receivers read of their sender: this app's worker, a thread pool warming up in-process
     pool = None
 
-signals.worker_init.send(sender=None)
+Worker.app = app
+signals.worker_init.send(sender=Worker())
 signals.worker_ready.send(sender=Worker())  # returns once the watch has started and the runtime is warm
 time.sleep(3 * app.shardfuse_runtime.settings.delivery.heartbeat_s)  # the watchdog has read the shards' lag
 during = connections()
-signals.worker_shutdown.send(sender=None)
+signals.worker_shutdown.send(sender=Worker())
 print(json.dumps({"during": during, "after": connections()}))
 """
 
