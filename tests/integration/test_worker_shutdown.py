@@ -36,9 +36,9 @@ def connections():
                   if c.raddr and c.status == psutil.CONN_ESTABLISHED and c.raddr.port in ports)
 
 class Worker:  # what the receivers read of their sender: this app's worker, a thread pool warming up in-process
+    app = app
     pool = None
 
-Worker.app = app
 signals.worker_init.send(sender=Worker())
 signals.worker_ready.send(sender=Worker())  # returns once the watch has started and the runtime is warm
 time.sleep(3 * app.shardfuse_runtime.settings.delivery.heartbeat_s)  # the watchdog has read the shards' lag

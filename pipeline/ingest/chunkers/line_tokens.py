@@ -57,7 +57,7 @@ class LineTokens:
             return None
         lo = int(np.searchsorted(self._bounds, start, side="right"))
         hi = int(np.searchsorted(self._bounds, end, side="left"))
-        return np.concatenate(([0], self._bounds[lo:hi] - start, [end - start])).astype(np.int64)
+        return np.concatenate(([0], self._bounds[lo:hi] - start, [end - start]), dtype=np.int64)
 
     def clean(self, pos: int) -> bool:
         """Whether no token of the text can cross ``pos`` (see the class docstring)."""
