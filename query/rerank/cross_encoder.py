@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +31,8 @@ _SMOOTHING = 0.3
 class CrossEncoderReranker:
     """Scores (query, text) pairs with a cross-encoder loaded in the constructor (seconds, hundreds of MB)."""
 
-    def __init__(self, model: str, *, batch_size: int = 8, max_length: int | None = None) -> None:
+    def __init__(self, model: str, *, batch_size: int = 8, max_length: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         try:
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
@@ -51,6 +52,7 @@ class CrossEncoderReranker:
         self._name = f"local:{Path(source).name if Path(source).is_dir() else model}"
         self._batch_size = batch_size
         self._lock = threading.Lock()
+        self._clock = clock
         self._seconds_per_pair: float | None = None  # measured; None until the first batch
 
     @property
@@ -58,7 +60,7 @@ class CrossEncoderReranker:
         return self._name
 
     def rerank(self, query: str, texts: Sequence[str], *, timeout_s: float) -> list[float]:
-        deadline = time.monotonic() + timeout_s
+        deadline = self._clock() + timeout_s
         if not self._lock.acquire(timeout=max(timeout_s, 0.0)):
             raise RerankTimeoutError(f"the cross-encoder was busy for the whole budget ({timeout_s:.3g}s)")
         try:
@@ -75,16 +77,16 @@ class CrossEncoderReranker:
         return  # the model is freed with the process
 
     def _check_time(self, pairs: int, deadline: float, *, scored: int, of: int) -> None:
-        left = deadline - time.monotonic()
+        left = deadline - self._clock()
         needed = 0.0 if self._seconds_per_pair is None else self._seconds_per_pair * pairs
         if left <= 0 or needed > left:
             raise RerankTimeoutError(f"the cross-encoder ran out of budget after scoring {scored} of {of} texts "
                                      f"(the next {pairs} need about {needed:.3g}s, {max(left, 0):.3g}s left)")
 
     def _predict(self, batch: list[tuple[str, str]]) -> list[float]:
-        started = time.monotonic()
+        started = self._clock()
         raw = self._model.predict(batch, batch_size=len(batch), show_progress_bar=False, convert_to_numpy=True)
-        per_pair = (time.monotonic() - started) / len(batch)
+        per_pair = (self._clock() - started) / len(batch)
         previous = self._seconds_per_pair
         self._seconds_per_pair = per_pair if previous is None else previous + _SMOOTHING * (per_pair - previous)
         scores = [float(x) for x in raw.reshape(-1)]

@@ -59,16 +59,34 @@ def test_the_stage_orders_candidates_by_the_models_own_scores(model_dir: Path) -
                                                                 abs=1e-5)
 
 
+class _Ticking:
+    """A clock that moves 10 ms each time it is read, so the budget's arithmetic does not hang on how fast this
+    host happens to be (a real 1 ms budget can be gone before the first check on a loaded machine)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.01
+        return self.now
+
+
 def test_past_its_budget_the_cross_encoder_gives_up_between_batches(model_dir: Path) -> None:
-    reranker = CrossEncoderReranker(str(model_dir), batch_size=1)
-    # Its first pass has no measure yet, so it runs; the next one would overrun, so it never starts.
-    with pytest.raises(RerankTimeoutError, match="after scoring 1 of 4 texts"):
-        reranker.rerank(QUERY, TEXTS, timeout_s=0.001)
-    # Measured now: not even the first pass starts.
-    with pytest.raises(RerankTimeoutError, match="after scoring 0 of 4 texts"):
-        reranker.rerank(QUERY, TEXTS, timeout_s=0.001)
-    # The stage then keeps the fused order within its budget (forty candidates would take far longer).
-    stage = RerankStage(reranker, RerankSettings(provider="local", model=str(model_dir), budget_ms=50, top_n=40))
+    reranker = CrossEncoderReranker(str(model_dir), batch_size=1, clock=_Ticking())
+    # Its first pass has no measure yet, so it runs (10 ms, by this clock); the next one would overrun.
+    with pytest.raises(RerankTimeoutError, match=r"after scoring 1 of 4 texts \(the next 1 need about 0.01s"):
+        reranker.rerank(QUERY, TEXTS, timeout_s=0.035)
+    # Measured now: a pass needs 10 ms, 5 ms are left when it would start, so not even the first one does.
+    with pytest.raises(RerankTimeoutError, match=r"after scoring 0 of 4 texts \(the next 1 need about 0.01s, "
+                                                 r"0.005s left\)"):
+        reranker.rerank(QUERY, TEXTS, timeout_s=0.015)
+    # With room for every pass it scores all four.
+    assert len(reranker.rerank(QUERY, TEXTS, timeout_s=1.0)) == 4
+    # On the real clock, once it has measured itself, the stage keeps the fused order within its budget (forty
+    # candidates would take far longer).
+    timed = CrossEncoderReranker(str(model_dir), batch_size=1)
+    timed.rerank(QUERY, TEXTS, timeout_s=30.0)
+    stage = RerankStage(timed, RerankSettings(provider="local", model=str(model_dir), budget_ms=50, top_n=40))
     candidates = [((FusedHit(f"c{i}", 1.0), ChunkRecord(f"c{i}", "z", "f.md", 1, 1, TEXTS[i % 4])), 1.0, NO_BOOST)
                   for i in range(40)]
     started = time.monotonic()
