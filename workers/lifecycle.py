@@ -25,6 +25,7 @@ from shardfuse.workers import monitor
 from shardfuse.workers.broker.redelivery import DeliveryWatch
 from shardfuse.workers.names import Queue
 from shardfuse.workers.names import Task as TaskName
+from shardfuse.workers.own_worker import OwnWorker
 from shardfuse.workers.runtime import RuntimeHolder
 
 log = logging.getLogger(__name__)
@@ -51,40 +52,31 @@ def connect_signals(app: Celery) -> None:
 
 
 class _LifeCycle:
-    """The receivers of one worker app's signals.
-
-    Celery's signals are global to a process, and another app's worker started in it (a test's in-thread
-    worker, an application's own Celery app) sends them too: only this app's worker may start this app's runtime
-    and delivery watch, or close them. Its ``worker_init`` marks the process as this app's (a prefork child
-    inherits the mark).
-    """
+    """The receivers of one worker app's signals: only this app's worker starts this app's runtime and delivery
+    watch, or closes them (:mod:`shardfuse.workers.own_worker`)."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
         self.holder: RuntimeHolder = app.shardfuse_runtime
-        self.ours = threading.Event()
+        self.own = OwnWorker(app)
         # The delivery watch and what it alone uses (its Redis client, the rebuild watchdog's PostgreSQL
         # connections), closed together after it stops.
         self.watch: list[tuple[DeliveryWatch, ExitStack]] = []
 
-    def _of_this_app(self, sender: Any) -> bool:
-        return getattr(sender, "app", None) is self.app
-
     def child_started(self, **_: Any) -> None:
-        if self.ours.is_set():
+        if self.own.runs_here:
             self.holder.get().start_warm_up(_consumed_queues(self.app))
 
     def worker_starting(self, sender: Any = None, **_: Any) -> None:
-        if not self._of_this_app(sender):
+        if not self.own.mark_if_ours(sender):
             return
-        self.ours.set()
         # A thread pool's consumer loop is I/O-bound: after each socket read it needs the GIL back, and with
         # the default 5 ms switch interval a busy task thread keeps it that long every time. Hand it over
         # sooner.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     def worker_ready(self, sender: Any = None, **_: Any) -> None:
-        if not self._of_this_app(sender):
+        if not self.own.sent_by_ours(sender):
             return
         # Workers start in any order with their stores. First the watch: the process that talks to the
         # broker says it is alive, claims what it holds and releases what dead workers held, whether or not
@@ -108,7 +100,7 @@ class _LifeCycle:
             self.watch.append((delivery_watch, opened.pop_all()))
 
     def stopping(self, sender: Any = None, **_: Any) -> None:
-        if not self.ours.is_set() or (sender is not None and not self._of_this_app(sender)):
+        if not self.own.runs_here or (sender is not None and not self.own.sent_by_ours(sender)):
             return
         # A prefork child forked after worker_ready inherits the list: only the process that started the
         # watch may stop it (stopping deletes its liveness and claims).

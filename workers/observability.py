@@ -29,6 +29,7 @@ from shardfuse.pipeline.observability import multiprocess
 from shardfuse.pipeline.observability.endpoint_directory import Announcer, EndpointDirectory, PoolEndpoint
 from shardfuse.pipeline.observability.metrics_server import MetricsServer
 from shardfuse.workers.logs import set_log_fields, use_format
+from shardfuse.workers.own_worker import OwnWorker
 
 log = logging.getLogger(__name__)
 ALL_INTERFACES = "0.0.0.0"
@@ -110,14 +111,41 @@ class PoolMetrics:
             self.server = None
 
 
+class _OwnPool:
+    """A pool's metrics receivers, acting for this app's worker only."""
+
+    def __init__(self, metrics: PoolMetrics, own: OwnWorker) -> None:
+        self.metrics = metrics
+        self.own = own
+
+    def pool_starts(self, sender: Any = None, **_: Any) -> None:
+        if self.own.mark_if_ours(sender):
+            self.metrics.pool_starts(sender=sender)
+
+    def child_starts(self, **_: Any) -> None:
+        if self.own.runs_here:
+            self.metrics.child_starts()
+
+    def child_exits(self, pid: int | None = None, **_: Any) -> None:
+        if self.own.runs_here:
+            self.metrics.child_exits(pid=pid)
+
+    def pool_stops(self, sender: Any = None, **_: Any) -> None:
+        if self.own.sent_by_ours(sender):
+            self.metrics.pool_stops()
+
+
 def connect_observability(app: Celery) -> Callable[[], None]:
     """Connect the receivers below to Celery's signals and add the worker's ``--metrics-port`` and
-    ``--metrics-address`` options; returns what disconnects the receivers (for tests)."""
+    ``--metrics-address`` options; returns what disconnects the receivers (for tests). The pool's endpoint
+    follows this app's worker only, not another app's started in the same process
+    (:mod:`shardfuse.workers.own_worker`): that one would empty this pool's metrics directory and serve and
+    announce a second endpoint."""
     settings: Settings = app.shardfuse_settings
     log_format = settings.logging.format
     known = {option.name for option in app.user_options["worker"]}
     app.user_options["worker"].update(option for option in _WORKER_OPTIONS if option.name not in known)
-    pool = PoolMetrics(settings)
+    pool = _OwnPool(PoolMetrics(settings), OwnWorker(app))
 
     def formats(logger: Any = None, **_: Any) -> None:
         if logger is not None:

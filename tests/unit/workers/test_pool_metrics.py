@@ -12,7 +12,7 @@ from pathlib import Path
 
 import fakeredis
 import pytest
-from celery import Celery
+from celery import Celery, signals
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.observability import metrics
@@ -154,6 +154,46 @@ def test_the_worker_takes_the_metrics_options() -> None:
         connect_observability(app)()  # a second connect adds no second option
         names = sorted(option.name for option in app.user_options["worker"])
         assert names == ["metrics_address", "metrics_port"]
+    finally:
+        disconnect()
+
+
+def test_another_apps_worker_in_the_process_leaves_this_pools_endpoint_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Celery's worker signals are global to a process: another app's worker (a test's in-thread worker, an
+    # application's own app) sends them too. Before it was told apart, its worker_init emptied this pool's
+    # metrics directory and served this pool's port.
+    left = tmp_path / "counter_999999.db"
+    left.write_bytes(b"counted by this pool's children")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    port = free_port()
+    app = Celery("test-ours", set_as_current=False)
+    app.shardfuse_settings = Settings(  # type: ignore[attr-defined]
+        workers={"metrics_port": port}, broker={"url": f"redis://127.0.0.1:{free_port()}/0"})  # Redis down: logged
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    class Worker:  # what a worker signal sends (hashable, as Celery's sender caches need)
+        def __init__(self, of: Celery) -> None:
+            self.app, self.hostname, self.pool_cls = of, f"{of.main}@box", "threads"
+            self.options = {"metrics_address": "127.0.0.1"}
+
+    theirs, ours = Worker(Celery("test-theirs", set_as_current=False)), Worker(app)
+    disconnect = connect_observability(app)
+    try:
+        signals.worker_init.send(sender=theirs)
+        signals.worker_process_init.send(sender=None)
+        assert left.exists()
+        with pytest.raises(urllib.error.URLError):
+            _read(url)
+        signals.worker_init.send(sender=ours)
+        assert not left.exists()  # emptied for this pool's own start
+        assert _read(url) == ""  # served (nothing counted in this process yet)
+        signals.worker_shutdown.send(sender=theirs)
+        assert _read(url) == ""  # still served: their worker stopped, not ours
+        signals.worker_shutdown.send(sender=ours)
+        with pytest.raises(urllib.error.URLError):
+            _read(url)
     finally:
         disconnect()
 
