@@ -70,7 +70,10 @@ demo: install
 # wait too (alone, 45 % of 2 cores busy on average; sampled in session 29), so the main suite runs in
 # $(TEST_WORKERS) pytest-xdist workers, a test file to each (module fixtures start one stack per file), every
 # worker with a session stack of its own. Each process draws loopback ports from its own range
-# (tests/integration/ports.py).
+# (tests/integration/ports.py). The files go out in collection order, the integration tests (a few long tests
+# a file) before the unit tests (many short ones), so that the short ones even out the two workers' ends;
+# xdist's default order, most tests first, left the long files for last (main suite alone: 791 s that way,
+# 740 s this way; session 32).
 # Either failing fails `make test`; lint failing or Ctrl-C stops the fault tests at once, their stacks torn down
 # (tests/support/faults_pass.py: a background command starts with SIGINT ignored). Lint runs as $(LINT), not as
 # a sub-make, so that `make -n test` only prints.
@@ -81,7 +84,7 @@ test: install
 	@echo "fault-injection tests: running beside lint and the main suite (follow them: tail -f $(FAULTS_LOG))"
 	@$(BIN)/python -m tests.support.faults_pass > $(FAULTS_LOG) 2>&1 & \
 	faults=$$!; trap 'kill -TERM $$faults 2>/dev/null' INT TERM; \
-	if $(LINT); then $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile; main=$$?; \
+	if $(LINT); then $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; main=$$?; \
 	else main=1; kill -TERM $$faults; fi; \
 	wait $$faults; faults_rc=$$?; \
 	echo; echo "==== fault-injection tests (exit $$faults_rc; $(FAULTS_LOG)) ===="; cat $(FAULTS_LOG); \
