@@ -100,7 +100,7 @@ class _LifeCycle:
             self.watch.append((delivery_watch, opened.pop_all()))
 
     def stopping(self, sender: Any = None, **_: Any) -> None:
-        if not self.own.runs_here or (sender is not None and not self.own.sent_by_ours(sender)):
+        if not self.own.stopping(sender):
             return
         # A prefork child forked after worker_ready inherits the list: only the process that started the
         # watch may stop it (stopping deletes its liveness and claims).

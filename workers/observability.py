@@ -131,7 +131,7 @@ class _OwnPool:
             self.metrics.child_exits(pid=pid)
 
     def pool_stops(self, sender: Any = None, **_: Any) -> None:
-        if self.own.sent_by_ours(sender):
+        if self.own.stopping(sender):
             self.metrics.pool_stops()
 
 

@@ -32,6 +32,11 @@ class OwnWorker:
         self._marked.set()
         return True
 
+    def stopping(self, sender: Any) -> bool:
+        """Whether a shutdown signal is this app's to act on: its worker runs here, and the signal is its worker's
+        (``worker_shutdown``) or names no worker (``worker_process_shutdown``, sent in a pool child)."""
+        return self.runs_here and (sender is None or self.sent_by_ours(sender))
+
     @property
     def runs_here(self) -> bool:
         """Whether this app's worker runs in this process (or in the parent it was forked from)."""
