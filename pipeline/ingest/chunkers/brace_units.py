@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import accumulate, compress
 
 from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.ingest.chunkers.code_layout import Layout, SourceLines, Unit, fill
@@ -36,6 +37,7 @@ _CONTAINER = re.compile(
 _ATTRIBUTE = re.compile(r"#!?\[.*\]|@[A-Za-z_][\w.]*(?:\(.*\))?|\[[A-Za-z_][\w.]*(?:\(.*\))?\]")
 # Code beyond comments, whitespace and lone braces (the closing brace of a namespace is not code).
 _CODE_CHAR = re.compile(r"[^\s{};]")
+_STATEMENT_EDGES = frozenset("{};")  # the tokens that end a statement, and the braces among them
 # Definitions nested deeper than this are not split at their members: a definition that deep is split at
 # lines like any other. Real code nests a few levels; a file of ten thousand nested functions would
 # otherwise recurse past Python's limit, and rescan its members once per level.
@@ -142,27 +144,20 @@ class _BraceScan:
 
     def _depths(self) -> tuple[list[int], list[int], list[int]]:
         """Braces, parentheses and non-namespace braces open before each token, and after the last one."""
-        braces, parens, levels = list(self.tokens.brace), list(self.tokens.paren), []
+        tokens = self.tokens
+        steps = [0] * len(tokens.tok)  # how each token moves the level: only braces do, and not a namespace's
         containers: list[bool] = []  # per open brace: does it open a namespace or module?
-        level = brace = paren = 0
         boundary = 0  # where the statement holding the current token began
-        for at, token in zip(self.tokens.pos, self.tokens.tok, strict=True):
-            levels.append(level)
+        # Only "{", "}" and ";" are walked in Python; the level is a running sum of the steps (in C).
+        for i in compress(range(len(tokens.tok)), map(_STATEMENT_EDGES.__contains__, tokens.tok)):
+            token, at = tokens.tok[i], tokens.pos[i]
             if token == "{":
                 containers.append(_CONTAINER.fullmatch(self.code, boundary, at) is not None)
-                level += not containers[-1]
-                brace += 1
-            elif token == "}":
-                if containers and not containers.pop():
-                    level -= 1
-                brace -= 1
-            elif token in ("(", "["):
-                paren += 1
-            elif token in (")", "]"):
-                paren -= 1
-            if token in ("{", "}", ";"):
-                boundary = at + 1
-        return [*braces, brace], [*parens, paren], [*levels, level]
+                steps[i] = 0 if containers[-1] else 1
+            elif token == "}" and containers and not containers.pop():
+                steps[i] = -1
+            boundary = at + 1
+        return tokens.brace, tokens.paren, list(accumulate(steps, initial=0))
 
     def _attachable(self, line: int) -> bool:
         """A comment, doc-comment, attribute or annotation line (attached to the definition below it)."""

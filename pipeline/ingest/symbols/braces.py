@@ -6,6 +6,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import accumulate, compress, repeat
 
 from shardfuse.pipeline.ingest.symbols.header_tails import Tail, TailScan
 from shardfuse.pipeline.ingest.symbols.model import NO_SYMBOLS, ChunkSymbols, Definition, Kind, Role, summarise
@@ -24,9 +25,10 @@ class Header:
         if self.tail is None:
             yield from self.pattern.finditer(code, pos)
             return
-        tails = tails or TailScan(code)
-        while (m := self.pattern.search(code, pos)) is not None:
-            end = tails.end(self.tail, m.end())
+        end_of_tail = (tails or TailScan(code)).ender(self.tail)
+        search = self.pattern.search
+        while (m := search(code, pos)) is not None:
+            end = end_of_tail(m.end())
             if end is None:
                 pos = m.start() + 1
                 continue
@@ -35,6 +37,7 @@ class Header:
 
 
 _TOKEN = re.compile(r"=>|[=!<>]=|[{}()\[\];=\n]")
+_TOKEN_SPLIT = re.compile(f"({_TOKEN.pattern})")  # split keeps the tokens: text, token, text, ..., text
 # A line end continues a statement when the line ends in one of these, or the next line starts with one.
 _CONTINUES_BEFORE = frozenset("=,([{+-*/%&|^?:<>!.")
 _CONTINUES_AFTER = frozenset(".?:|&+=")
@@ -51,6 +54,8 @@ NOT_BEFORE_NAME = frozenset({
     "import",
 })  # fmt: skip
 _BRACE = re.compile(r"[{}]")
+_PAREN_STEP = {"(": 1, "[": 1, ")": -1, "]": -1}
+_BRACE_STEP = {"{": 1, "}": -1}
 _NEWLINE = re.compile(r"\n")
 _CLOSING_COMMENT = re.compile(r"\*/[ \t\r]*(?:\n|\Z)")
 
@@ -61,41 +66,32 @@ class BraceTokens:
 
     pos: list[int]
     tok: list[str]
-    paren: list[int]
-    brace: list[int]
+    paren: list[int]  # parentheses and brackets open before each token, and after the last (one entry more)
+    brace: list[int]  # braces open before each token, and after the last (one entry more)
     match: list[int]  # for a "{": the index of its "}", or -1 when it closes after the chunk
     closes_outer: bool  # a "}" closes a brace opened before the chunk
 
     @classmethod
     def scan(cls, code: str) -> BraceTokens:
-        pos: list[int] = []
-        tok: list[str] = []
-        paren: list[int] = []
-        brace: list[int] = []
-        match: list[int] = []
+        # Hostile files hold hundreds of thousands of tokens, so no Python step a token: the text split at its
+        # tokens gives them and, by the running sum of the pieces' lengths, their offsets; the depths are
+        # running sums of each token's step; only the braces are walked, to pair them. (A list of match objects
+        # instead would be as many objects for the garbage collector to traverse, again and again.)
+        pieces = _TOKEN_SPLIT.split(code)
+        tok = pieces[1::2]
+        pos = list(accumulate(map(len, pieces), initial=0))[1:-1:2]
+        paren = list(accumulate(map(_PAREN_STEP.get, tok, repeat(0)), initial=0))
+        brace = list(accumulate(map(_BRACE_STEP.get, tok, repeat(0)), initial=0))
+        match = [-1] * len(tok)
         opened: list[int] = []
-        p = b = 0
         closes_outer = False
-        for m in _TOKEN.finditer(code):
-            t = m.group()
-            pos.append(m.start())
-            tok.append(t)
-            paren.append(p)
-            brace.append(b)
-            match.append(-1)
-            if t == "{":
-                opened.append(len(tok) - 1)
-                b += 1
-            elif t == "}":
-                b -= 1
-                if opened:
-                    match[opened.pop()] = len(tok) - 1
-                else:
-                    closes_outer = True
-            elif t in ("(", "["):
-                p += 1
-            elif t in (")", "]"):
-                p -= 1
+        for i in compress(range(len(tok)), map(_BRACE_STEP.__contains__, tok)):
+            if tok[i] == "{":
+                opened.append(i)
+            elif opened:
+                match[opened.pop()] = i
+            else:
+                closes_outer = True
         return cls(pos, tok, paren, brace, match, closes_outer)
 
     def end_of(self, code: str, after: int, *, statement: bool, stop: int) -> int | None:

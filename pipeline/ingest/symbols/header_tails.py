@@ -16,8 +16,11 @@ from __future__ import annotations
 import enum
 import re
 from bisect import bisect_left
+from collections.abc import Callable
+from itertools import accumulate
 
 _SPECIAL = re.compile(r"[(){};=]")
+_SPECIAL_SPLIT = re.compile(f"({_SPECIAL.pattern})")
 _BASE_SPECIAL = re.compile(r"[;{}]")
 _BEFORE_BASES = re.compile(r"\s*+(?:final\s*+)?")
 
@@ -40,11 +43,23 @@ class TailScan:
         # Per tail kind, each bracket's answer (keyed by the bracket's offset alone: one lookup a candidate).
         self._memo: dict[Tail, dict[int, int | None]] = {Tail.BODY: {}, Tail.BODY_OR_DECLARATION: {}}
 
-    def end(self, tail: Tail, at: int) -> int | None:
-        """Where the match whose pattern part ended at ``at`` ends with its ``tail``; None if it has none."""
+    def ender(self, tail: Tail) -> Callable[[int], int | None]:
+        """For ``tail``: where a match whose pattern part ended at ``at`` ends with it, or None if it has none,
+        as a function of ``at``. A header is tried at every line of a file: a bracket already answered is
+        looked up without a further call."""
         if tail is Tail.BASES_THEN_BODY:
-            return at if self._bases_then_body(at) else None
-        return self._body(at, declaration=tail is Tail.BODY_OR_DECLARATION)
+            return lambda at: at if self._bases_then_body(at) else None
+        declaration = tail is Tail.BODY_OR_DECLARATION
+        specials = self._all_specials()
+        memo = self._memo[tail]
+
+        def end(at: int) -> int | None:
+            i = bisect_left(specials, at)
+            if i < len(specials) and specials[i] in memo:
+                return memo[specials[i]]
+            return self._body(at, declaration=declaration)
+
+        return end
 
     def _body(self, at: int, *, declaration: bool) -> int | None:
         """``(?:[^(){};=]|\\([^(){};]*\\))*?(?:\\{|;|=>)`` (without ``;`` and ``=>`` unless ``declaration``)
@@ -95,5 +110,7 @@ class TailScan:
 
     def _all_specials(self) -> list[int]:
         if self._specials is None:
-            self._specials = [m.start() for m in _SPECIAL.finditer(self._code)]
+            # The offsets from the pieces' lengths, as BraceTokens.scan does: no match object a bracket.
+            pieces = _SPECIAL_SPLIT.split(self._code)
+            self._specials = list(accumulate(map(len, pieces), initial=0))[1:-1:2]
         return self._specials
