@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
@@ -73,8 +74,6 @@ class _BraceScan:
         # One line end before the text, as shardfuse.pipeline.ingest.symbols expects: header patterns start with one.
         self.code = "\n" + language.literals.sub(blank_literal, text)
         self.uncommented = language.literals.sub(_blank_comment, text)  # strings kept: they are code
-        self.tokens = BraceTokens.scan(self.code)
-        self.braces, self.parens, self.levels = self._depths()
         every = self._headers(language.headers)
         self.header_starts = [h.start for h in every]  # where a bodiless definition stops (see BraceTokens.end_of)
         self.definitions = sorted((h for h in every if h.header.kind is not Kind.CONSTANT), key=lambda h: h.name_at)
@@ -137,12 +136,18 @@ class _BraceScan:
                 if not NOT_BEFORE_NAME.isdisjoint(self.code[m.start() : at].split()):
                     continue
                 i = bisect_left(self.tokens.pos, at)
-                found[at - 1] = _Header(
-                    m.start(), at - 1, m.end("name"), name, header, self.braces[i], self.parens[i], self.levels[i]
-                )
+                braces, parens, levels = self.depths
+                found[at - 1] = _Header(m.start(), at - 1, m.end("name"), name, header, braces[i], parens[i], levels[i])
         return sorted(found.values(), key=lambda h: (h.start, h.name_at))
 
-    def _depths(self) -> tuple[list[int], list[int], list[int]]:
+    # The tokens and depths are read only where a definition was found: a file of declarations (a C header
+    # of prototypes) has none, and skips them.
+    @functools.cached_property
+    def tokens(self) -> BraceTokens:
+        return BraceTokens.scan(self.code)
+
+    @functools.cached_property
+    def depths(self) -> tuple[list[int], list[int], list[int]]:
         """Braces, parentheses and non-namespace braces open before each token, and after the last one."""
         tokens = self.tokens
         steps = [0] * len(tokens.tok)  # how each token moves the level: only braces do, and not a namespace's

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, compress, repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -51,29 +52,33 @@ class Packer:
         self._counter = counter
         self._max = max_tokens
         self._starts = [0, *(i + 1 for i in newline_offsets(text) if i + 1 < len(text))]
-        self._prefix = [0]
         # Exact counts of the ranges counted so far: a piece's count is then the chunk's, not encoded again.
         self._counted: dict[tuple[int, int], int] = {}
-        # Code repeats its short lines (blank lines, braces, `return`, decorators): each is encoded once.
-        line_counts: dict[str, int] = {}
         # A line of over 4 characters a budgeted token (code averages ~4) is encoded with its token boundaries,
         # kept when it is over the budget, so its token windows do not encode it again: a minified file's one
         # line took a third of its chunking time, twice. (Shorter lines: counting them costs less.)
         self._over: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
-        for start, end in zip(self._starts, [*self._starts[1:], len(text)], strict=True):
-            if not len(self._prefix) & 0xFFF:
+        pieces = text.split("\n")
+        lines = [piece + "\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] or not text else [])
+        # Code repeats its short lines (blank lines, braces, `return`, decorators): each is counted once, and the
+        # lines' counts are then looked up and summed in C, not a Python step a line.
+        counts: dict[str, int] = {}
+        for k, line in enumerate({line for line in lines if len(line) <= _MEMO_LINE_CHARS}):
+            if not k & 0xFFF:
                 checkpoint("chunking")
-            line = text[start:end]
-            if len(line) > 4 * max_tokens:
-                bounds = counter.encode_with_offsets(line).char_bounds
-                tokens = len(bounds) - 1
-                if tokens > max_tokens:
+            counts[line] = counter.count(line)
+        tokens = list(map(counts.get, lines, repeat(-1)))
+        for i in compress(range(len(lines)), map(_MEMO_LINE_CHARS.__lt__, map(len, lines))):
+            checkpoint("chunking")
+            start, end = self._starts[i], self._starts[i + 1] if i + 1 < len(self._starts) else len(text)
+            if len(lines[i]) > 4 * max_tokens:
+                bounds = counter.encode_with_offsets(lines[i]).char_bounds
+                tokens[i] = len(bounds) - 1
+                if tokens[i] > max_tokens:
                     self._over[start, end] = bounds
-            elif len(line) > _MEMO_LINE_CHARS:
-                tokens = counter.count(line)
-            elif (tokens := line_counts.get(line, -1)) < 0:
-                tokens = line_counts[line] = counter.count(line)
-            self._prefix.append(self._prefix[-1] + tokens)
+            else:
+                tokens[i] = counter.count(lines[i])
+        self._prefix = list(accumulate(tokens, initial=0))
 
     def count(self, start: int, end: int) -> int:
         """The exact token count of ``[start, end)``, remembered."""

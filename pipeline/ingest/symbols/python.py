@@ -12,7 +12,7 @@ _PY_LEXEME = re.compile(
     r'|"(?:\\.|[^"\\\n])*"?'
     r"|'(?:\\.|[^'\\\n])*'?)"
     r"|#[^\n]*"
-    r"|(?P<o>[(\[{])|(?P<c>[)\]}])|(?P<n>\\?\n)"
+    r"|(?P<o>[(\[{]+)|(?P<c>[)\]}]+)|(?P<n>\\?\n)"  # runs of openers or closers: one step, not one a bracket
 )
 _PY_DEF = re.compile(r"(?:async[ \t]+)?(?P<k>def|class)[ \t]+(?P<name>[^\W\d]\w*)")
 _PY_CONSTANT = re.compile(
@@ -110,9 +110,9 @@ def _python_continued_lines(text: str, code_start: int) -> tuple[set[int], bool]
                 continued.add(line)
             open_at_end = match.end() == len(text) and not _closes(lexeme)
         elif kind == "o":
-            depth += 1
+            depth += len(match.group())
         elif kind == "c":
-            depth = max(depth - 1, 0)  # a closer of a bracket opened before the chunk
+            depth = max(depth - len(match.group()), 0)  # closers of brackets opened before the chunk count 0
     return continued, open_at_end or depth > 0 or text.endswith("\\\n")
 
 
