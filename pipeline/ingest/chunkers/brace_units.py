@@ -82,8 +82,9 @@ class _BraceScan:
     def layout(self) -> Layout:
         top = [h for h in self.definitions if h.level == 0 and h.paren == 0]
         units = self._units(top, 0, len(self.text), floor=1, depth=0)
-        inside = [(u.start, u.end) for u in units if u.name]
-        definitions = tuple((h.name_at, h.name) for h in self.definitions if _within(inside, h.name_at))
+        named = [u for u in units if u.name]
+        starts, ends = [u.start for u in named], [u.end for u in named]
+        definitions = tuple((h.name_at, h.name) for h in self.definitions if _within(starts, ends, h.name_at))
         return Layout(tuple(units), definitions)
 
     def _units(self, headers: list[_Header], lo: int, hi: int, *, floor: int, depth: int) -> list[Unit]:
@@ -178,10 +179,10 @@ class _BraceScan:
         return _CODE_CHAR.search(self.uncommented, start, end) is not None
 
 
-def _within(ranges: list[tuple[int, int]], offset: int) -> bool:
-    """Whether ``offset`` falls in one of ``ranges`` (in order, not overlapping)."""
-    i = bisect_right(ranges, offset, key=lambda r: r[0]) - 1
-    return i >= 0 and offset < ranges[i][1]
+def _within(starts: list[int], ends: list[int], offset: int) -> bool:
+    """Whether ``offset`` falls in one of the ranges ``[starts[i], ends[i])`` (in order, not overlapping)."""
+    i = bisect_right(starts, offset) - 1
+    return i >= 0 and offset < ends[i]
 
 
 def _blank_comment(match: re.Match[str]) -> str:
