@@ -31,7 +31,7 @@ Heading = tuple[int, str | None]
 
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*))?$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
-_MAY_OPEN = frozenset(" #`~")  # the first characters a line opening an ATX heading or a fence can have
+_FENCE_MARKERS = ("`", "~")
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 # A paragraph starting like this is a list, quote or table: a "---" below it is a rule, not an underline.
 _NOT_SETEXT = re.compile(r" {0,3}(?:[-*+>]\s|\d{1,9}[.)]\s|\|)")
@@ -139,8 +139,11 @@ def _parse_markdown(text: str) -> list[Block]:
             blocks.append(Block(para[0], end, ((level, " ".join(text[para[0] : para[1]].split())),)))
             para = None
             continue
-        # Any other line opens neither: both patterns are skipped (most lines of prose and of lists).
-        atx, closing = (_atx_heading(line), _closing_fence(line)) if line[:1] in _MAY_OPEN else (None, None)
+        # A pattern is tried only on a line whose first character after up to 3 spaces can open it: most lines
+        # of prose and of lists open neither, and a fence is no heading.
+        marker = line[:4].lstrip(" ")[:1] if line[:1] == " " else line[:1]
+        atx = _atx_heading(line) if marker == "#" else None
+        closing = _closing_fence(line) if marker in _FENCE_MARKERS else None
         if para and (not line or atx or closing):
             blocks.append(Block(para[0], para[1]))
             para = None
@@ -181,6 +184,7 @@ def _without_closing_sequence(heading: str) -> str:
     return bare.rstrip(" \t") if bare[-1] in " \t" else heading
 
 
+@functools.lru_cache(maxsize=1024)  # fence lines repeat (```, ```python): one look-up each after the first
 def _closing_fence(line: str) -> re.Pattern[str] | None:
     """If ``line`` opens a fenced code block, the pattern of the line that closes it (the same character, at
     least as many times); else None. A backtick fence's info string may hold no backtick."""

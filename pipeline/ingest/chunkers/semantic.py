@@ -111,7 +111,11 @@ def _pieces(text: str, blocks: list[Block], *, tokens: LineTokens, budget: Chunk
         end = blocks[i + 1].start if i + 1 < len(blocks) else len(text)
         (joint, first), (_, last) = marks[i], marks[i + 1]
         count = tokens.count(block.start, end) if first is None or last is None else last - first
-        for k, (s, e, n, window) in enumerate(_fit(text, block.start, end, tokens, budget, count)):
+        if count <= budget.max_tokens:  # most blocks: one piece, without _fit's call and list
+            fitted = [(block.start, end, count, False)]
+        else:
+            fitted = _fit(text, block.start, end, tokens, budget, count)
+        for k, (s, e, n, window) in enumerate(fitted):
             level = block.headings[0][0] if block.headings and k == 0 else 0
             line = text.rfind("\n", 0, s) + 1
             partial = s != line or not (e == len(text) or text[e - 1] == "\n" or text[e] in "\r\n")
