@@ -1,5 +1,6 @@
 """One side of :mod:`tests.benchmarks.parts_ab`: the CPU-bound parts of an ingest timed in this process with
-whichever ``shardfuse`` package is first on ``sys.path``, on SciFact's abstracts and celery's source. Prints
+whichever ``shardfuse`` package is first on ``sys.path``, on SciFact's abstracts, celery's source, the code
+fixtures and the hostile-chunking families held to their goal (tests/support/hostile_text.py). Prints
 one JSON line: each part's best-of-``--rounds`` CPU seconds (this thread's) and a digest of what it produced,
 so two revisions can be held to the same output.
 
@@ -20,6 +21,8 @@ from typing import Any
 SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "scifact" / "corpus.jsonl"  # as scale.DATA
 ABSTRACTS = 5_000
 CHUNKED = 3_000
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "code"  # brace languages and Python
+HOSTILE_CHARS = 250_000  # a quarter of the benchmark's megabyte a family
 
 
 def _best(work: Callable[[], Any], rounds: int) -> tuple[float, Any]:
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from shardfuse.pipeline.embed.providers import HashingEmbedder
     from shardfuse.pipeline.index.lexical import Tokenizer
     from shardfuse.pipeline.ingest.chunkers import chunk_document
-    from tests.support.hostile_text import BUDGET, STRATEGIES
+    from tests.support.hostile_text import BUDGET, FAMILIES, STRATEGIES, VOLUME
 
     records = [json.loads(line) for line in SCIFACT.read_text(encoding="utf-8").splitlines()[:ABSTRACTS]]
     abstracts = [f"{r['title']}\n\n{r['text']}" for r in records]
@@ -77,6 +80,19 @@ def main(argv: list[str] | None = None) -> int:
         lambda: [chunk_document(text, path="abstract.md", counter=counter, budget=BUDGET, strategies=STRATEGIES)
                  for text in abstracts[:CHUNKED]], args.rounds)
     figures["semantic_scifact_digest"] = _digest(chunks)
+    code = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(FIXTURES.iterdir()) if p.is_file()]
+    code += [(p.name, text) for p, text in zip(sorted(Path(celery.__file__).parent.rglob("*.py")), source,
+                                                strict=True)]
+    figures["code_s"], chunks = _best(
+        lambda: [chunk_document(text, path=name, counter=counter, budget=BUDGET, strategies=STRATEGIES)
+                 for name, text in code], args.rounds)
+    figures["code_digest"] = _digest(chunks)
+    held = [(path, build(HOSTILE_CHARS)) for family, (_, path, build) in FAMILIES.items()
+            if family not in VOLUME]
+    figures["hostile_held_s"], chunks = _best(
+        lambda: [chunk_document(text, path=path, counter=counter, budget=BUDGET, strategies=STRATEGIES)
+                 for path, text in held], args.rounds)
+    figures["hostile_held_digest"] = _digest(chunks)
     print(json.dumps(figures, sort_keys=True))
     return 0
 
