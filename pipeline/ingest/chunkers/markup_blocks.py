@@ -31,7 +31,8 @@ Heading = tuple[int, str | None]
 
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*))?$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
-_FENCE_MARKERS = ("`", "~")
+_FENCE_MARKERS = ("`", "~")  # the first character (after up to 3 spaces) of a line that may open a fence
+_REMEMBERED_FENCE_CHARS = 80
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 # A paragraph starting like this is a list, quote or table: a "---" below it is a rule, not an underline.
 _NOT_SETEXT = re.compile(r" {0,3}(?:[-*+>]\s|\d{1,9}[.)]\s|\|)")
@@ -184,10 +185,20 @@ def _without_closing_sequence(heading: str) -> str:
     return bare.rstrip(" \t") if bare[-1] in " \t" else heading
 
 
-@functools.lru_cache(maxsize=1024)  # fence lines repeat (```, ```python): one look-up each after the first
 def _closing_fence(line: str) -> re.Pattern[str] | None:
     """If ``line`` opens a fenced code block, the pattern of the line that closes it (the same character, at
     least as many times); else None. A backtick fence's info string may hold no backtick."""
+    # Fence lines repeat (```, ```python): a short one's answer is remembered. A long one is not, so that the
+    # cache never keeps a document's huge lines alive.
+    return _short_closing_fence(line) if len(line) <= _REMEMBERED_FENCE_CHARS else _opened_fence(line)
+
+
+@functools.lru_cache(maxsize=1024)
+def _short_closing_fence(line: str) -> re.Pattern[str] | None:
+    return _opened_fence(line)
+
+
+def _opened_fence(line: str) -> re.Pattern[str] | None:
     opening = _FENCE.match(line)
     if opening is None or (opening.group(1)[0] == "`" and "`" in opening.group(2)):
         return None
