@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     for family, (_, path, build) in FAMILIES.items():
         if family in VOLUME:
             continue
-        part = "hostile_" + re.sub(r"\W+", "_", family).strip("_")
+        part = "hostile_" + re.sub(r"\W+", "_", family.replace("c++", "cpp")).strip("_")
         text = build(HOSTILE_CHARS)
         figures[part + "_s"], chunks = _best(
             lambda t=text, p=path: chunk_document(t, path=p, counter=counter, budget=BUDGET, strategies=STRATEGIES),
