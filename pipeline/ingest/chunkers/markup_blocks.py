@@ -193,17 +193,15 @@ def _closing_fence(line: str) -> re.Pattern[str] | None:
     return _short_closing_fence(line) if len(line) <= _REMEMBERED_FENCE_CHARS else _opened_fence(line)
 
 
-@functools.lru_cache(maxsize=1024)
-def _short_closing_fence(line: str) -> re.Pattern[str] | None:
-    return _opened_fence(line)
-
-
 def _opened_fence(line: str) -> re.Pattern[str] | None:
     opening = _FENCE.match(line)
     if opening is None or (opening.group(1)[0] == "`" and "`" in opening.group(2)):
         return None
     marker = opening.group(1)
     return _fence_closer(marker[0], len(marker))
+
+
+_short_closing_fence = functools.lru_cache(maxsize=1024)(_opened_fence)
 
 
 @functools.lru_cache(maxsize=256)
