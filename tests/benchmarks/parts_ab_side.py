@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     records = [json.loads(line) for line in SCIFACT.read_text(encoding="utf-8").splitlines()[:ABSTRACTS]]
     abstracts = [f"{r['title']}\n\n{r['text']}" for r in records]
-    source = [p.read_text(encoding="utf-8", errors="replace")
-              for p in sorted(Path(celery.__file__).parent.rglob("*.py"))]
+    celery_files = sorted(Path(celery.__file__).parent.rglob("*.py"))
+    source = [p.read_text(encoding="utf-8", errors="replace") for p in celery_files]
     figures: dict[str, Any] = {}
     for name, texts in (("tokenizer_scifact", abstracts), ("tokenizer_celery", source)):
         tokenizer = Tokenizer()
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                  for text in abstracts[:CHUNKED]], args.rounds)
     figures["semantic_scifact_digest"] = _digest(chunks)
     code = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(FIXTURES.iterdir()) if p.is_file()]
-    code += [(p.name, text) for p, text in zip(sorted(Path(celery.__file__).parent.rglob("*.py")), source,
-                                                strict=True)]
+    code += [(p.name, text) for p, text in zip(celery_files, source, strict=True)]
     figures["code_s"], chunks = _best(
         lambda: [chunk_document(text, path=name, counter=counter, budget=BUDGET, strategies=STRATEGIES)
                  for name, text in code], args.rounds)

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from shardfuse.pipeline.core.deadline import checkpoint
 from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.ingest.chunkers.code_units import Unit
-from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text, newline_offsets
+from shardfuse.pipeline.ingest.chunkers.token_windows import chunk_text
 
 # A unit whose lines count up to this share of the budget is counted whole before it is declared too large.
 _NEAR = 1.25
@@ -51,7 +51,6 @@ class Packer:
         self._text = text
         self._counter = counter
         self._max = max_tokens
-        self._starts = [0, *(i + 1 for i in newline_offsets(text) if i + 1 < len(text))]
         # Exact counts of the ranges counted so far: a piece's count is then the chunk's, not encoded again.
         self._counted: dict[tuple[int, int], int] = {}
         # A line of over 4 characters a budgeted token (code averages ~4) is encoded with its token boundaries,
@@ -60,6 +59,7 @@ class Packer:
         self._over: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
         pieces = text.split("\n")
         lines = [piece + "\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] or not text else [])
+        self._starts = list(accumulate(map(len, lines), initial=0))[:-1]  # each line's offset
         # Code repeats its short lines (blank lines, braces, `return`, decorators): each is counted once, and the
         # lines' counts are then looked up and summed in C, not a Python step a line.
         counts: dict[str, int] = {}
@@ -70,7 +70,7 @@ class Packer:
         tokens = list(map(counts.get, lines, repeat(-1)))
         for i in compress(range(len(lines)), map(_MEMO_LINE_CHARS.__lt__, map(len, lines))):
             checkpoint("chunking")
-            start, end = self._starts[i], self._starts[i + 1] if i + 1 < len(self._starts) else len(text)
+            start, end = self._starts[i], self._starts[i] + len(lines[i])
             if len(lines[i]) > 4 * max_tokens:
                 bounds = counter.encode_with_offsets(lines[i]).char_bounds
                 tokens[i] = len(bounds) - 1

@@ -39,7 +39,8 @@ class LineTokens:
         at = np.searchsorted(self._bounds, positions)
         hits = (self._bounds[np.minimum(at, len(self._bounds) - 1)] == positions).tolist()
         # clean() inlined for the common case, a position right after a "\n" (every block starts a line): a
-        # document of a hundred thousand blocks has as many positions.
+        # document of a hundred thousand blocks has as many positions. Only a line-aware encoding has bounds, so
+        # clean()'s check of the encoding holds here.
         text = self._text
         marks: list[tuple[bool, int | None]] = []
         for pos, i, hit in zip(positions, at.tolist(), hits, strict=True):
