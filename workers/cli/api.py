@@ -9,12 +9,13 @@ from typing import Any
 
 from shardfuse.pipeline.admin.api_keys import key_store
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers.cli import arguments
 
 
 def register(sub: Any) -> None:
     api = sub.add_parser("api", help="serve the HTTP API (search, upload, delete, status) with zone-scoped keys")
     api.add_argument("--host", help="address to listen on (default: api.host, 127.0.0.1)")
-    api.add_argument("--port", type=int, help="port to listen on (default: api.port, 8080)")
+    api.add_argument("--port", type=arguments.port, help="port to listen on (default: api.port, 8080)")
     api.set_defaults(handler=run_api)
 
     keys = sub.add_parser("api-key", help="create, list and revoke the HTTP API's keys")

@@ -18,6 +18,7 @@ from shardfuse.pipeline.index.store.inspection import backfill_events
 from shardfuse.pipeline.ingest.chunk_filter import ChunkVerdict, filter_chunks
 from shardfuse.pipeline.ingest.decode import Skipped, decode_content
 from shardfuse.pipeline.ingest.preparation import PreparedChunks, filter_settings, prepare_chunks
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.publishing import CeleryEventSink
 
 
@@ -25,14 +26,14 @@ def register(sub: Any) -> None:
     explain = sub.add_parser("explain-chunks",
                              help="show how a file is chunked: each chunk's lines, symbols, score, fate and context")
     explain.add_argument("path", type=Path, metavar="PATH", help="a local file")
-    explain.add_argument("--zone", required=True, help="the zone it would be published to")
+    explain.add_argument("--zone", required=True, type=arguments.zone, help="the zone it would be published to")
     explain.add_argument("--as", dest="as_path", metavar="NAME",
                          help="the document path it would have (default: PATH as given)")
     explain.add_argument("--json", action="store_true", help="one JSON object per chunk")
     explain.set_defaults(handler=run_explain)
     backfill = sub.add_parser("backfill-context",
                               help="re-index the documents whose chunks wait for an LLM context")
-    backfill.add_argument("--zone", required=True)
+    backfill.add_argument("--zone", required=True, type=arguments.zone)
     backfill.set_defaults(handler=run_backfill)
 
 

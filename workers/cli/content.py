@@ -14,19 +14,20 @@ from shardfuse.pipeline.admin.sources import iter_source_files
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import PermanentError
 from shardfuse.pipeline.storage.opening import open_content_store
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.publishing import CeleryEventSink
 
 
 def register(sub: Any) -> None:
     publish = sub.add_parser("publish", help="publish files and directories (recursively, honouring .gitignore)")
     publish.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    publish.add_argument("--zone", required=True, help="the zone (tenant) to index into")
+    publish.add_argument("--zone", required=True, type=arguments.zone, help="the zone (tenant) to index into")
     publish.set_defaults(handler=run_publish)
 
     delete = sub.add_parser("delete", help="publish deletes for document paths (files and directories)")
     delete.add_argument("paths", nargs="+", metavar="PATH",
                         help="document paths as published; a local directory deletes the files under it")
-    delete.add_argument("--zone", required=True)
+    delete.add_argument("--zone", required=True, type=arguments.zone)
     delete.set_defaults(handler=run_delete)
 
 

@@ -18,6 +18,7 @@ from shardfuse.pipeline.index.store import ShardPools
 from shardfuse.pipeline.index.store.connections import pooled_connection
 from shardfuse.pipeline.index.store.schema import ensure_shared_schema
 from shardfuse.workers.app import create_app
+from shardfuse.workers.cli import arguments
 
 
 def register(sub: Any) -> None:
@@ -25,7 +26,7 @@ def register(sub: Any) -> None:
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="newest first: id, task, zone/path, error, reason, attempts")
     listing.add_argument("--zone")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=arguments.positive_int, default=50)
     listing.add_argument("--json", action="store_true")
     show = actions.add_parser("show", help="one dead letter with its payload")
     show.add_argument("id", type=int)

@@ -22,6 +22,7 @@ from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.query.evaluation.code_sampling import CodeCase, find_definitions, sample_cases
 from shardfuse.query.evaluation.code_scoring import Outcome, format_misses, format_table, outcome, summarize
 from shardfuse.query.request import Mode
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.cli.eval_indexing import index_documents
 from shardfuse.workers.cli.querying import add_stage_switches, search_options
 from shardfuse.workers.client import SearchClient
@@ -33,8 +34,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("eval-code", help="index a Python source tree and score code search: a definition's bare "
                                          "name at rank 1, its docstring's first sentence in the top 5")
     p.add_argument("source", type=Path, metavar="SOURCE_DIR")
-    p.add_argument("--zone", help="zone to index into (default: code-<directory name>)")
-    p.add_argument("--samples", type=int, default=200, metavar="N",
+    p.add_argument("--zone", type=arguments.zone, help="zone to index into (default: code-<directory name>)")
+    p.add_argument("--samples", type=arguments.positive_int, default=200, metavar="N",
                    help="definitions sampled for each kind of query (default 200)")
     p.add_argument("--seed", type=int, default=22, help="the sample's random seed (default 22)")
     p.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.HYBRID.value)
@@ -42,7 +43,7 @@ def register(sub: Any) -> None:
                    help="remove the name's identifier parts from docstring queries too, not only the name")
     add_stage_switches(p)
     p.add_argument("--republish", action="store_true", help="publish the tree even if the zone holds it")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for indexing")
+    p.add_argument("--timeout", type=arguments.positive_float, default=3600.0, help="seconds to wait for indexing")
     p.add_argument("--misses", action="store_true", help="list every case not found, with the results ahead of it")
     p.add_argument("--json", action="store_true", help="also print one JSON object last")
     p.set_defaults(handler=run_eval_code)

@@ -18,6 +18,7 @@ from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.query.evaluation import BeirDataset, load_beir, mrr_at_k, ndcg_at_k, percentile, recall_at_k
 from shardfuse.query.fusion import Fusion
 from shardfuse.query.request import Mode
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.cli.eval_indexing import index_documents
 from shardfuse.workers.cli.querying import add_stage_switches, search_options
 from shardfuse.workers.client import SearchClient
@@ -33,11 +34,11 @@ def register(sub: Any) -> None:
     p.add_argument("--fusion", choices=[f.value for f in Fusion], help="hybrid fusion (default: query.fusion)")
     p.add_argument("--alpha", type=float, help="vector leg weight for weighted fusions (default: query.alpha)")
     add_stage_switches(p)
-    p.add_argument("--shards", type=int, help="check that the running stack has this many shards")
-    p.add_argument("--zone", help="zone to index into (default: eval-<dataset name>)")
+    p.add_argument("--shards", type=arguments.positive_int, help="check that the running stack has this many shards")
+    p.add_argument("--zone", type=arguments.zone, help="zone to index into (default: eval-<dataset name>)")
     p.add_argument("--republish", action="store_true", help="publish the corpus even if the zone holds it")
-    p.add_argument("--max-queries", type=int, help="score only the first N judged queries")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for indexing")
+    p.add_argument("--max-queries", type=arguments.positive_int, help="score only the first N judged queries")
+    p.add_argument("--timeout", type=arguments.positive_float, default=3600.0, help="seconds to wait for indexing")
     p.add_argument("--latency-k", type=int, default=10, metavar="K",
                    help="after scoring at k=100, ask every query again at this k, as a user would, and report "
                         "its latency and its nDCG@10 / MRR@10 (default 10; 0 skips the pass)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -90,9 +91,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShardfuseError as exc:
         print(f"shardfuse {args.command}: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        # A path or address the command was given that the system refuses (a source path that does not exist,
+        # a data dir it may not create, a port in use): the user's to fix, so one line rather than a
+        # traceback; -v logs the traceback as well.
+        logging.getLogger(__name__).debug("shardfuse %s failed", args.command, exc_info=True)
+        print(f"shardfuse {args.command}: {os_error_text(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"shardfuse {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def os_error_text(exc: OSError) -> str:
+    """``No such file or directory: /proc/x`` for an error about a file, else the error's own message."""
+    if exc.strerror and exc.filename is not None:
+        return f"{exc.strerror}: {os.fsdecode(exc.filename)}"
+    return str(exc) or type(exc).__name__
 
 
 if __name__ == "__main__":

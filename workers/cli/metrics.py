@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 
 from shardfuse.pipeline.config.settings import Settings
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.exporter import ShardfuseCollector
 
 DEFAULT_PORT = 9808
@@ -25,7 +26,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("exporter",
                        help="serve Prometheus metrics of the deployment (queues, index lag, dead letters) at /metrics")
     p.add_argument("--address", default="0.0.0.0", help="address to listen on (default: every interface)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default: {DEFAULT_PORT})")
+    p.add_argument("--port", type=arguments.port, default=DEFAULT_PORT,
+                   help=f"port to listen on (default: {DEFAULT_PORT})")
     p.set_defaults(handler=run_exporter)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.workers import monitor
 from shardfuse.workers.app import create_app
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.names import Task
 from shardfuse.workers.stack import api_process, down, read_state, up
 from shardfuse.workers.status import collect_status, format_status
@@ -17,11 +18,11 @@ from shardfuse.workers.status import collect_status, format_status
 
 def register(sub: Any) -> None:
     p = sub.add_parser("up", help="start Redis, PostgreSQL+pgvector, the worker pools and Flower on loopback")
-    p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
+    p.add_argument("--timeout", type=arguments.positive_float, default=180.0, help="seconds to wait for readiness")
     p.set_defaults(handler=run_up)
 
     p = sub.add_parser("down", help="stop exactly what `up` started")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds before a process is killed")
+    p.add_argument("--timeout", type=arguments.positive_float, default=30.0, help="seconds before a process is killed")
     p.set_defaults(handler=run_down)
 
     p = sub.add_parser("status", help="queues, shards, index freshness, skipped documents and processes")
@@ -29,7 +30,7 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run_status)
 
     p = sub.add_parser("wait", help="block until every published event is indexed and searchable")
-    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--timeout", type=arguments.positive_float, default=600.0)
     p.set_defaults(handler=run_wait)
 
 

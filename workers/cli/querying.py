@@ -11,6 +11,7 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.query.fusion import Fusion
 from shardfuse.query.request import ARGUMENTS, Mode
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.client import remote_search
 
 # The search task's arguments a command line sets as options (the query and the zones are its own).
@@ -20,7 +21,8 @@ OPTIONS = tuple(name for name in ARGUMENTS if name not in {"query", "zone", "zon
 def register(sub: Any) -> None:
     search = sub.add_parser("search", help="search a zone through the shardfuse.search RPC task")
     search.add_argument("query")
-    search.add_argument("--zone", required=True, action="append", dest="zone_names", metavar="ZONE",
+    search.add_argument("--zone", required=True, action="append", type=arguments.zone, dest="zone_names",
+                        metavar="ZONE",
                         help="the zone to search; repeat it to search several zones as one")
     search.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.HYBRID.value)
     search.add_argument("-k", type=int, default=10, help="number of results (default 10)")

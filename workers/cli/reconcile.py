@@ -27,6 +27,7 @@ from shardfuse.pipeline.admin.reconcile import (
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.index.store import ShardPools
 from shardfuse.pipeline.storage.opening import open_content_store
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.publishing import CeleryEventSink
 
 _BARS = {Stage.WALK: ("files walked", "file"), Stage.COMPARE: ("documents compared", "doc"),
@@ -37,7 +38,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("reconcile", help="publish exactly what differs between a directory and a zone's index "
                                          "(after a lost Redis or a restore)")
     p.add_argument("directory", type=Path, metavar="DIR", help="the source tree, named as `publish` names it")
-    p.add_argument("--zone", required=True)
+    p.add_argument("--zone", required=True, type=arguments.zone)
     p.add_argument("--dry-run", action="store_true", help="report the difference; publish nothing")
     p.add_argument("--json", action="store_true", help="one JSON object, with every event")
     p.set_defaults(handler=run_reconcile)

@@ -20,6 +20,7 @@ from shardfuse.pipeline.index.store import ShardPools, zone_models
 from shardfuse.pipeline.index.store.connections import pooled_connection
 from shardfuse.pipeline.index.store.pools import build_settings
 from shardfuse.pipeline.index.store.schema import ensure_shared_schema
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.embedding_models import build_stage
 
 
@@ -33,9 +34,10 @@ def register(sub: Any) -> None:
         ("abort", "before a switch: give the reindex up; writes go back to the zone's model alone"),
     ):
         s = steps.add_parser(step, help=text)
-        s.add_argument("--zone", required=True)
+        s.add_argument("--zone", required=True, type=arguments.zone)
         s.add_argument("--model", required=True, help="a model declared as [embedders.<name>], or 'default'")
-        s.add_argument("--batch-size", type=int, default=256, help="chunks embedded and written per step")
+        s.add_argument("--batch-size", type=arguments.positive_int, default=256,
+                       help="chunks embedded and written per step")
         s.set_defaults(handler=run_step)
     s = steps.add_parser("status", help="every zone's model, reindexes in progress, and per shard what is left")
     s.add_argument("--zone", help="only this zone")

@@ -32,6 +32,7 @@ from shardfuse.pipeline.config.handoff import write_settings_file
 from shardfuse.pipeline.config.redaction import redact_url
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.names import Queue
 from shardfuse.workers.stack import celery_processes
 from shardfuse.workers.stack.addresses import Endpoint
@@ -55,20 +56,20 @@ class Exec:
 def register(sub: Any) -> None:
     p = sub.add_parser("worker", help="run one queue's Celery worker pool in the foreground (a container's process)")
     p.add_argument("queue", choices=QUEUE_NAMES, help="the queue the pool consumes")
-    p.add_argument("--concurrency", type=_positive_int, metavar="N",
+    p.add_argument("--concurrency", type=arguments.positive_int, metavar="N",
                    help="processes or threads of the pool (default: settings workers.<queue>_concurrency)")
     p.add_argument("--loglevel", type=str.upper, choices=LOG_LEVELS, default="INFO", help="Celery's log level")
     p.set_defaults(handler=run_worker)
 
     p = sub.add_parser("flower", help="run Flower (Celery monitoring, basic auth from settings) in the foreground")
     p.add_argument("--address", default=DEFAULT_FLOWER_ADDRESS, help="listen address (default %(default)s)")
-    p.add_argument("--port", type=_port, default=DEFAULT_FLOWER_PORT, help="listen port (default %(default)s)")
+    p.add_argument("--port", type=arguments.port, default=DEFAULT_FLOWER_PORT, help="listen port (default %(default)s)")
     p.add_argument("--db", metavar="PATH", help="Flower's persistent state (default <data_dir>/flower/flower.db)")
     p.set_defaults(handler=run_flower)
 
     p = sub.add_parser("ping", help="exit 0 if this host's worker of a pool answers a ping through the broker")
     p.add_argument("queue", choices=QUEUE_NAMES, help="the pool to ask")
-    p.add_argument("--timeout", type=_positive_float, default=DEFAULT_PING_TIMEOUT_S,
+    p.add_argument("--timeout", type=arguments.positive_float, default=DEFAULT_PING_TIMEOUT_S,
                    help="seconds to wait for the answer (default %(default)s)")
     p.add_argument("--node", help="the Celery node name to ask (default <queue>@<this host's name>)")
     p.set_defaults(handler=run_ping)  # fmt: skip
@@ -178,23 +179,3 @@ def _exec(spec: Exec) -> NoReturn:
     sys.stderr.flush()
     os.execve(spec.argv[0], spec.argv, spec.env)
 
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
-    return value

@@ -12,11 +12,12 @@ from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.coordination.redis_errors import redis_errors
 from shardfuse.workers import monitor
 from shardfuse.workers.broker.inbox import UNREADABLE_KEY, recent_unreadable, unreadable_count
+from shardfuse.workers.cli import arguments
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("unreadable", help="items on the queues no worker could run, with the reason of each")
-    p.add_argument("--limit", type=int, default=20, help="show this many, newest first")
+    p.add_argument("--limit", type=arguments.positive_int, default=20, help="show this many, newest first")
     p.add_argument("--json", action="store_true")
     p.add_argument("--drop", action="store_true", help="delete them all for good (after reading them)")
     p.set_defaults(handler=run)

@@ -29,6 +29,7 @@ from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.index.store import ShardPools
 from shardfuse.pipeline.storage.opening import open_content_store
+from shardfuse.workers.cli import arguments
 from shardfuse.workers.publishing import CeleryEventSink
 
 
@@ -37,7 +38,7 @@ def register(sub: Any) -> None:
                                      ".gitignore); catches up with what changed while it was not running")
     p.add_argument("directories", nargs="+", type=Path, metavar="DIR",
                    help="directories to follow; documents are named as `publish` names them")
-    p.add_argument("--zone", required=True, help="the zone (tenant) to index into")
+    p.add_argument("--zone", required=True, type=arguments.zone, help="the zone (tenant) to index into")
     p.set_defaults(handler=run_watch)
 
 
