@@ -1,4 +1,4 @@
-"""The publisher API: put bytes in the CAS, then publish the write event that names them."""
+"""The publisher API: put bytes (or a file, streamed) in the CAS, then publish the write event that names them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from shardfuse.pipeline.core.events import Op, WriteEvent
@@ -26,7 +27,7 @@ class Write:
 
     zone: str
     path: str
-    data: bytes
+    data: bytes | Path  # the content, or a file on disk streamed into the CAS (see Publisher.write)
     mime: str | None = None
     metadata: dict[str, Any] | None = None
     seq: int | None = None
@@ -50,15 +51,17 @@ class Publisher:
         *,
         zone: str,
         path: str,
-        data: bytes,
+        data: bytes | Path,
         mime: str | None = None,
         metadata: dict[str, Any] | None = None,
         seq: int | None = None,
     ) -> WriteEvent:
         """Store ``data`` and publish its write event. The content is in the CAS before the event exists,
-        so a worker never sees an event whose content is missing."""
-        return self._send(Write(zone=zone, path=path, data=data, mime=mime, metadata=metadata, seq=seq),
-                          self._cas.put(data))
+        so a worker never sees an event whose content is missing. ``data`` a :class:`~pathlib.Path`: that
+        file, streamed into the CAS and hashed in the same pass, so a 5 GB file costs a few MiB of memory (the
+        event names the bytes copied); the file's own ``OSError`` (gone, unreadable) is raised as it is."""
+        write = Write(zone=zone, path=path, data=data, mime=mime, metadata=metadata, seq=seq)
+        return self._send(write, self._store(write.data))
 
     def write_many(self, writes: Iterable[Write], *, threads: int = 8) -> list[WriteEvent]:
         """:meth:`write` for many documents, in the order given, with the CAS writes on ``threads`` threads.
@@ -72,7 +75,7 @@ class Publisher:
         window: deque[tuple[Write, Future[str]]] = deque()
         with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="cas-put") as pool:
             for write in writes:
-                window.append((write, pool.submit(self._cas.put, write.data)))
+                window.append((write, pool.submit(self._store, write.data)))
                 if len(window) >= 4 * max(1, threads):
                     held, stored = window.popleft()
                     events.append(self._send(held, stored.result()))
@@ -81,13 +84,18 @@ class Publisher:
                 events.append(self._send(held, stored.result()))
         return events
 
+    def _store(self, data: bytes | Path) -> str:
+        return self._cas.put_file(data) if isinstance(data, Path) else self._cas.put(data)
+
     def _send(self, write: Write, content_hash: str) -> WriteEvent:
+        # A file's size is the stored content's: the file may have changed since anyone looked at it.
+        size = self._cas.size(content_hash) if isinstance(write.data, Path) else len(write.data)
         event = WriteEvent(
             op=Op.WRITE,
             zone=write.zone,
             path=write.path,
             content_hash=content_hash,
-            size=len(write.data),
+            size=size,
             mime=write.mime or mimetypes.guess_type(write.path)[0],
             seq=self._clock() if write.seq is None else write.seq,
             metadata=write.metadata,

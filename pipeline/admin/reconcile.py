@@ -37,7 +37,7 @@ from shardfuse.pipeline.index.store.changes import DocStatus
 from shardfuse.pipeline.index.store.connections import pooled_connection
 from shardfuse.pipeline.index.store.schema import shard_schema
 from shardfuse.pipeline.index.store.shard_store import ShardStore
-from shardfuse.pipeline.storage.cas import hash_content
+from shardfuse.pipeline.storage.streams import file_hash
 
 
 class Stage(enum.StrEnum):
@@ -147,7 +147,7 @@ def scan_tree(root: Path, *, zone: str, base: Path | None = None, progress: Prog
     for walked, source in enumerate(iter_source_files([resolved], base=base), start=1):
         try:
             WriteEvent(op=Op.DELETE, zone=zone, path=source.name, seq=0)
-            tree.hashes[source.name] = hash_content(source.path.read_bytes())
+            tree.hashes[source.name] = file_hash(source.path)  # in chunks: a few MiB whatever its size
             tree.files[source.name] = source.path
         except InvalidEventError as exc:
             tree.unreadable[source.name] = str(exc)

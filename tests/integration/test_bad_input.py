@@ -367,7 +367,7 @@ def test_bad_queries_get_a_clear_error_through_the_rpc(stack: Stack, published: 
         (["q", "--zone", ZONE, "-k", "0"], "shardfuse search: k must be an integer from 1 to 1000, got 0"),
         (["q", "--zone", ZONE, "-k", "1000000"], "shardfuse search: k must be an integer from 1 to 1000, got 1000000"),
         (["q", "--zone", ZONE, "--mode", "fuzzy"], "argument --mode: invalid choice: 'fuzzy'"),
-        (["q", "--zone", "../etc"], "shardfuse search: zone '../etc' is not a zone name"),
+        (["q", "--zone", "../etc"], "shardfuse search: error: argument --zone: '../etc' is not a zone name"),
     ],
     ids=["empty", "100kb", "k-0", "k-1e6", "mode", "zone"],
 )

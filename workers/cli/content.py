@@ -39,17 +39,15 @@ def run_publish(args: argparse.Namespace, settings: Settings) -> int:
         failed: list[str] = []
         for source in tqdm(files, desc=f"publishing to zone {args.zone}", unit="file",
                            disable=not sys.stderr.isatty() and not files):
-            try:
-                data = source.path.read_bytes()
-            except OSError as exc:
+            try:  # streamed into the CAS: a file of any size costs a few MiB here
+                event = publisher.write(zone=args.zone, path=source.name, data=source.path)
+            except OSError as exc:  # the file's own (the CAS's errors are ours, not OSError)
                 failed.append(f"{source.name}: {exc.strerror or exc}")
                 continue
-            try:
-                publisher.write(zone=args.zone, path=source.name, data=data)
             except (PermanentError, ValueError) as exc:
                 failed.append(f"{source.name}: {exc}")
                 continue
-            total += len(data)
+            total += event.size
     print(f"published {len(files) - len(failed)} file(s), {total:,} bytes, to zone {args.zone!r}")
     for line in failed:
         print(f"  not published: {line}", file=sys.stderr)

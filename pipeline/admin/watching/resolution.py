@@ -13,15 +13,15 @@ from shardfuse.pipeline.admin.sources import SpecCache, document_name, iter_file
 from shardfuse.pipeline.admin.watching.events import Touched
 from shardfuse.pipeline.admin.watching.ledger import Ledger
 from shardfuse.pipeline.core.events import Op
-from shardfuse.pipeline.storage.cas import hash_content
+from shardfuse.pipeline.storage.streams import file_hash
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     op: Op
     name: str  # the document path
-    data: bytes = b""  # a write's content, as read when it was resolved
-    content_hash: str | None = None
+    file: Path | None = None  # a write's file: hashed when it was resolved, streamed into the CAS when published
+    content_hash: str | None = None  # the hash when resolved (the event names what was stored)
 
 
 @dataclass
@@ -89,13 +89,12 @@ class SourceTrees:
             return
         present.add(name)
         try:
-            data = path.read_bytes()
+            content_hash = file_hash(path)  # in chunks: a file of any size costs a few MiB
         except FileNotFoundError:  # gone since it was listed: a delete, if the index holds it
             present.discard(name)
             return
         except OSError as exc:  # unreadable: what the index holds is left alone
             out.unreadable[name] = exc.strerror or str(exc)
             return
-        content_hash = hash_content(data)
         if ledger.hash_of(name) != content_hash:
-            writes[name] = Change(Op.WRITE, name, data, content_hash)
+            writes[name] = Change(Op.WRITE, name, path, content_hash)

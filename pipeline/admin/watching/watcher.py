@@ -106,8 +106,14 @@ class Watcher:
             try:
                 if change.op is Op.DELETE:
                     event = self._publisher.delete(zone=self.zone, path=change.name, seq=seq)
-                else:
-                    event = self._publisher.write(zone=self.zone, path=change.name, data=change.data, seq=seq)
+                else:  # the file streamed into the CAS: the event names the bytes stored
+                    assert change.file is not None  # a write's Change always names its file
+                    event = self._publisher.write(zone=self.zone, path=change.name, data=change.file, seq=seq)
+            except FileNotFoundError:  # gone since it was resolved: its own delete event follows
+                continue
+            except OSError as exc:  # unreadable now: what the index holds is left alone
+                batch.not_published[change.name] = exc.strerror or str(exc)
+                continue
             except (PermanentError, ValueError) as exc:  # a name no event can carry: said, not retried
                 batch.not_published[change.name] = str(exc)
                 continue

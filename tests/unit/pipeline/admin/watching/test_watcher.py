@@ -4,14 +4,16 @@ paths settle, with the same names and ``.gitignore`` rules as ``shardfuse publis
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from shardfuse.pipeline.admin.reconcile import IndexedDocument
 from shardfuse.pipeline.admin.sources import iter_source_files
-from shardfuse.pipeline.admin.watching.events import Kind
+from shardfuse.pipeline.admin.watching.events import Kind, Touched
 from shardfuse.pipeline.admin.watching.ledger import Ledger
+from shardfuse.pipeline.admin.watching.resolution import Resolution
 from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.pipeline.core.events import WriteEvent
 from shardfuse.pipeline.storage.cas import hash_content
@@ -171,3 +173,32 @@ def test_the_summary_line_counts_and_names_a_small_batch(h: Harness) -> None:
     batch = h.watcher.publish_due()
     assert batch is not None
     assert batch.summary() == "published 3 writes, 1 delete: docs/a.md, docs/b.md, docs/c.md, -docs/d.md"
+
+
+def _after_resolving(h: Harness, then: Callable[[], None]) -> None:
+    """Run ``then`` between the watcher's look at the disk and its publishing of what it saw."""
+    resolve = h.watcher.trees.resolve
+
+    def resolve_then(items: Sequence[Touched], ledger: Ledger) -> Resolution:
+        resolution = resolve(items, ledger)
+        then()
+        return resolution
+
+    h.watcher.trees.resolve = resolve_then  # type: ignore[method-assign]
+
+
+def test_a_file_rewritten_after_it_was_resolved_is_published_as_stored(h: Harness) -> None:
+    h.write("a.md", "old")
+    _after_resolving(h, lambda: h.path("a.md").write_text("newer"))
+    assert h.settle() == [("write", "docs/a.md")]
+    event = h.sink.published[-1]
+    assert (event.content_hash, event.size) == (hash_content(b"newer"), 5)  # the bytes stored, not those hashed
+    assert h.watcher.ledger.hash_of("docs/a.md") == hash_content(b"newer")
+
+
+def test_a_file_gone_after_it_was_resolved_is_neither_published_nor_reported(h: Harness) -> None:
+    h.write("a.md", "x")
+    _after_resolving(h, h.path("a.md").unlink)
+    h.now += 10 * SETTLE_S
+    batch = h.watcher.publish_due()
+    assert batch is not None and batch.events == [] and batch.not_published == {}  # its delete event follows

@@ -1,0 +1,86 @@
+"""Publishing a file from disk (``publish``, ``watch``): streamed into the CAS, so a file of any size costs a
+few MiB of memory, and the event names exactly the bytes stored."""
+
+from __future__ import annotations
+
+import hashlib
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from shardfuse.pipeline.admin.publisher import Publisher, Write
+from shardfuse.pipeline.admin.watching.events import Touched
+from shardfuse.pipeline.admin.watching.ledger import Ledger
+from shardfuse.pipeline.admin.watching.resolution import SourceTrees
+from shardfuse.pipeline.core.events import WriteEvent
+from shardfuse.pipeline.storage.cas import LocalContentStore
+
+MIB = 1024 * 1024
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.events: list[WriteEvent] = []
+
+    def send(self, event: WriteEvent) -> None:
+        self.events.append(event)
+
+
+def big_file(path: Path, mib: int) -> str:
+    """A file of ``mib`` MiB of distinct blocks; its CAS name."""
+    digest = hashlib.sha256()
+    with path.open("wb") as out:
+        for i in range(mib):
+            block = i.to_bytes(4, "big") * (MIB // 4)
+            out.write(block)
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def test_a_file_is_stored_in_bounded_memory_and_its_event_names_the_bytes_stored(tmp_path: Path) -> None:
+    expected = big_file(tmp_path / "big.log", 48)
+    cas, sink = LocalContentStore(tmp_path / "cas"), Sent()
+    tracemalloc.start()
+    try:
+        event = Publisher(cas=cas, sink=sink).write(zone="z", path="logs/big.log", data=tmp_path / "big.log")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * MIB, f"{peak / MIB:.1f} MiB held to publish a 48 MiB file"
+    assert (event.content_hash, event.size, event.path) == (expected, 48 * MIB, "logs/big.log")
+    assert sink.events == [event]
+    assert hashlib.sha256(cas.get(expected)).hexdigest() == expected.removeprefix("sha256:")
+
+
+def test_files_and_bytes_mix_in_write_many(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_bytes(b"# a\n")
+    cas = LocalContentStore(tmp_path / "cas")
+    events = Publisher(cas=cas, sink=Sent()).write_many(
+        [Write(zone="z", path="a.md", data=tmp_path / "a.md"), Write(zone="z", path="b.md", data=b"# b\n")])
+    assert [(e.path, cas.get(e.content_hash or ""), e.size) for e in events] == [("a.md", b"# a\n", 4),
+                                                                                   ("b.md", b"# b\n", 4)]
+
+
+def test_a_file_that_cannot_be_read_raises_its_own_error_and_sends_nothing(tmp_path: Path) -> None:
+    sink = Sent()
+    with pytest.raises(FileNotFoundError):
+        Publisher(cas=LocalContentStore(tmp_path / "cas"), sink=sink).write(zone="z", path="gone.md",
+                                                                            data=tmp_path / "gone.md")
+    assert sink.events == []
+
+
+def test_the_watcher_hashes_a_big_file_in_bounded_memory_and_publishes_it_streamed(tmp_path: Path) -> None:
+    root = tmp_path / "src"
+    root.mkdir()
+    expected = big_file(root / "dump.sql", 32)
+    trees, ledger = SourceTrees([root], base=tmp_path), Ledger()
+    tracemalloc.start()
+    try:
+        resolution = trees.resolve([Touched(root / "dump.sql", False)], ledger)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * MIB, f"{peak / MIB:.1f} MiB held to resolve a 32 MiB file"
+    [change] = resolution.changes
+    assert (change.name, change.file, change.content_hash) == ("src/dump.sql", root / "dump.sql", expected)
