@@ -12,6 +12,12 @@ import pytest
 from shardfuse.workers.cli.main import main
 
 
+@pytest.fixture(autouse=True)
+def _own_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value the commands wrongly took would act on a data dir of the test's own, never on ~/.shardfuse."""
+    monkeypatch.setenv("SHARDFUSE_DATA_DIR", str(tmp_path / "own-data"))
+
+
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """The one-line error ``argv`` ends with (exit status 2, no traceback)."""
     try:
