@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from shardfuse.pipeline.core.token_counting import TokenCounter
 from shardfuse.pipeline.index.store import ShardPools
 from shardfuse.pipeline.index.store.inspection import backfill_events
 from shardfuse.pipeline.ingest.chunk_filter import ChunkVerdict, filter_chunks
-from shardfuse.pipeline.ingest.decode import Skipped, decode_content
+from shardfuse.pipeline.ingest.decode import Skipped, decode_content, too_large
 from shardfuse.pipeline.ingest.preparation import PreparedChunks, filter_settings, prepare_chunks
 from shardfuse.workers.cli import arguments
 from shardfuse.workers.publishing import CeleryEventSink
@@ -39,12 +40,16 @@ def register(sub: Any) -> None:
 
 def run_explain(args: argparse.Namespace, settings: Settings) -> int:
     """Chunks and scores a local file as ingest would (headings context; no LLM call is made)."""
+    limit = settings.limits.max_file_bytes
     try:
-        raw = args.path.read_bytes()
+        with args.path.open("rb") as source:  # ingest decides "too large" from the size, and so does this
+            raw = source.read(limit + 1)
+            size = os.fstat(source.fileno()).st_size
     except OSError as exc:
         print(f"shardfuse explain-chunks: cannot read {args.path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    decoded = decode_content(raw, max_bytes=settings.limits.max_file_bytes)
+    decoded = too_large(max(size, len(raw)), max_bytes=limit) if len(raw) > limit else decode_content(
+        raw, max_bytes=limit)
     if isinstance(decoded, Skipped):
         print(f"{args.path}: not indexed: {decoded.reason}")
         return 0
