@@ -63,25 +63,37 @@ class Publisher:
         write = Write(zone=zone, path=path, data=data, mime=mime, metadata=metadata, seq=seq)
         return self._send(write, self._store(write.data))
 
-    def write_many(self, writes: Iterable[Write], *, threads: int = 8) -> list[WriteEvent]:
+    def write_many(self, writes: Iterable[Write], *, threads: int = 8,
+                   unreadable: Callable[[Write, OSError], None] | None = None) -> list[WriteEvent]:
         """:meth:`write` for many documents, in the order given, with the CAS writes on ``threads`` threads.
 
         Each CAS write is durable (fsync of the file and of its folder, a few ms on a disk) and almost all
         of it is spent waiting on the disk, which flushes concurrent writes together: overlapping them is
         what makes a bulk load publish at the queue's speed rather than the disk's. Each event is still
-        sent only once its own content is stored. At most ``4 × threads`` contents are held at a time.
+        sent only once its own content is stored. At most ``4 × threads`` contents are held at a time
+        (files are streamed: a few MiB each). A write whose file cannot be read (gone, unreadable) is given
+        to ``unreadable`` and not published; without it, the file's ``OSError`` is raised.
         """
         events: list[WriteEvent] = []
         window: deque[tuple[Write, Future[str]]] = deque()
+
+        def settle(held: Write, stored: Future[str]) -> None:
+            try:
+                content_hash = stored.result()
+            except OSError as exc:  # the file's own: the CAS's errors are ours, never OSError
+                if unreadable is None:
+                    raise
+                unreadable(held, exc)
+                return
+            events.append(self._send(held, content_hash))
+
         with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="cas-put") as pool:
             for write in writes:
                 window.append((write, pool.submit(self._store, write.data)))
                 if len(window) >= 4 * max(1, threads):
-                    held, stored = window.popleft()
-                    events.append(self._send(held, stored.result()))
+                    settle(*window.popleft())
             while window:
-                held, stored = window.popleft()
-                events.append(self._send(held, stored.result()))
+                settle(*window.popleft())
         return events
 
     def _store(self, data: bytes | Path) -> str:

@@ -222,25 +222,23 @@ def _counted(documents: Iterable[IndexedDocument], progress: Progress | None) ->
 def publish_plan(diff: ReconcilePlan, tree: SourceTree, *, zone: str, publisher: Publisher,
                  clock: Callable[[], int] = time.time_ns,
                  progress: Progress | None = None) -> tuple[list[WriteEvent], dict[str, str]]:
-    """Publish ``diff``'s writes (content read again from the tree, CAS first) and deletes, each with a seq
-    above the stored one. Returns the events, and the planned writes whose file could no longer be read."""
+    """Publish ``diff``'s writes (each file streamed into the CAS as it is now, CAS first) and deletes, each with
+    a seq above the stored one. Returns the events, and the planned writes whose file could no longer be read."""
     vanished: dict[str, str] = {}
     published = 0
 
     def writes() -> Iterator[Write]:
         nonlocal published
         for item in diff.writes:
-            try:
-                data = tree.files[item.path].read_bytes()
-            except OSError as exc:
-                vanished[item.path] = exc.strerror or str(exc)
-                continue
-            yield Write(zone=zone, path=item.path, data=data, seq=next_seq(item.after_seq, clock()))
+            yield Write(zone=zone, path=item.path, data=tree.files[item.path], seq=next_seq(item.after_seq, clock()))
             published += 1
             if progress is not None:
                 progress(Stage.PUBLISH, published)
 
-    events = publisher.write_many(writes())
+    def gone(write: Write, exc: OSError) -> None:
+        vanished[write.path] = exc.strerror or str(exc)
+
+    events = publisher.write_many(writes(), unreadable=gone)
     for item in diff.deletes:
         events.append(publisher.delete(zone=zone, path=item.path, seq=next_seq(item.after_seq, clock())))
         published += 1

@@ -37,4 +37,3 @@ def zone(text: str) -> str:
         return check_zone(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-

@@ -178,4 +178,3 @@ def _exec(spec: Exec) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(spec.argv[0], spec.argv, spec.env)
-

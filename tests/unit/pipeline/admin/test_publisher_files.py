@@ -84,3 +84,16 @@ def test_the_watcher_hashes_a_big_file_in_bounded_memory_and_publishes_it_stream
     assert peak < 8 * MIB, f"{peak / MIB:.1f} MiB held to resolve a 32 MiB file"
     [change] = resolution.changes
     assert (change.name, change.file, change.content_hash) == ("src/dump.sql", root / "dump.sql", expected)
+
+
+def test_write_many_passes_over_a_file_it_cannot_read_when_told_where_to_report_it(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_bytes(b"a")
+    (tmp_path / "c.md").write_bytes(b"c")
+    writes = [Write(zone="z", path=name, data=tmp_path / name) for name in ("a.md", "gone.md", "c.md")]
+    publisher = Publisher(cas=LocalContentStore(tmp_path / "cas"), sink=Sent())
+    reported: list[tuple[str, str | None]] = []
+    events = publisher.write_many(writes, unreadable=lambda write, exc: reported.append((write.path, exc.strerror)))
+    assert [e.path for e in events] == ["a.md", "c.md"]
+    assert reported == [("gone.md", "No such file or directory")]
+    with pytest.raises(FileNotFoundError):  # not told: the file's own error, as write() raises it
+        publisher.write_many(writes)

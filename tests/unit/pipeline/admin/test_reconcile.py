@@ -184,3 +184,20 @@ def test_dry_run_publishes_nothing(tmp_path: Path) -> None:
     report = reconcile(tmp_path, zone="z", index=lambda prefix: [doc("gone.txt")], publisher=None, base=tmp_path)
     assert ([p.path for p in report.plan.writes], [p.path for p in report.plan.deletes]) == (["a.txt"], ["gone.txt"])
     assert report.events == ()
+
+
+def test_a_planned_write_whose_file_vanished_after_the_walk_is_reported_and_the_rest_published(
+        tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / "d" / name).write_text(name)
+
+    def index_after_b_vanished(prefix: str) -> list[IndexedDocument]:  # read once the tree has been walked
+        (tmp_path / "d" / "b.txt").unlink()
+        return []
+
+    sink = _ListSink()
+    report = reconcile(tmp_path / "d", zone="z", index=index_after_b_vanished, base=tmp_path,
+                       publisher=Publisher(cas=InMemoryContentStore(), sink=sink))
+    assert [e.path for e in sink.events] == ["d/a.txt", "d/c.txt"]
+    assert dict(report.not_published) == {"d/b.txt": "No such file or directory"}
