@@ -22,7 +22,7 @@ from typing import BinaryIO, Protocol
 from shardfuse.pipeline.core.durable_files import atomic_write_bytes, fsync_dir
 from shardfuse.pipeline.core.errors import ContentNotFoundError, PermanentError, StoreUnavailableError
 from shardfuse.pipeline.core.events import hex_digest
-from shardfuse.pipeline.storage.streams import copy_hashing, copy_verified, read_chunks
+from shardfuse.pipeline.storage.streams import copy_hashing, copy_verified, file_hash, read_chunks
 
 
 def hash_content(data: bytes) -> str:
@@ -118,8 +118,14 @@ class LocalContentStore:
             return path.stat().st_size
 
     def put_file(self, path: Path) -> str:
-        """Store the file ``path``: copied (and hashed in the same pass) to a temporary file under ``root``,
-        then renamed into place unless that content is there already."""
+        """Store the file ``path``. It is hashed first: content held already is not written again (as
+        :meth:`put`: republishing a tree is mostly that, and a copy costs a write and two syncs). Otherwise it
+        is copied (and hashed again in the same pass) to a temporary file under ``root``, then renamed into
+        place under the copy's hash (the file may have changed since it was hashed)."""
+        held = file_hash(path)  # the file's own OSError, as open() below raises it
+        with self._filesystem("look up", held):
+            if self.path_for(held).is_file():
+                return held
         with open(path, "rb") as source, self._filesystem("write", str(path)):
             self._root.mkdir(parents=True, exist_ok=True)
             fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".tmp", dir=self._root)

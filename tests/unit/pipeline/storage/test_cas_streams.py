@@ -78,3 +78,17 @@ def test_local_put_file_into_a_broken_cas_is_the_store_unavailable(tmp_path: Pat
     root.write_bytes(b"")  # not a folder: every write under it fails
     with pytest.raises(StoreUnavailableError, match=f"in the CAS at {root}"):
         LocalContentStore(root).put_file(big_file[0])
+
+
+def test_local_put_file_of_content_held_already_writes_nothing(tmp_path: Path, big_file: tuple[Path, bytes],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store = LocalContentStore(tmp_path / "cas")
+    stored = store.path_for(store.put(big_file[1]))
+    before = stored.stat().st_mtime_ns, stored.stat().st_ino
+
+    def no_temporary_file(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a temporary file was made for content the CAS holds")
+
+    monkeypatch.setattr("shardfuse.pipeline.storage.cas.tempfile.mkstemp", no_temporary_file)
+    assert store.put_file(big_file[0]) == hash_content(big_file[1])  # republishing: no copy, no sync
+    assert (stored.stat().st_mtime_ns, stored.stat().st_ino) == before
