@@ -58,8 +58,8 @@ class Publisher:
     ) -> WriteEvent:
         """Store ``data`` and publish its write event. The content is in the CAS before the event exists,
         so a worker never sees an event whose content is missing. ``data`` a :class:`~pathlib.Path`: that
-        file, streamed into the CAS (the store's ``put_file``, in chunks), so a 5 GB file costs a few MiB of memory (the
-        event names the bytes copied); the file's own ``OSError`` (gone, unreadable) is raised as it is."""
+        file, streamed into the CAS by the store's ``put_file``, so a 5 GB file costs a few MiB of memory (the
+        event names the bytes stored); the file's own ``OSError`` (gone, unreadable) is raised as it is."""
         write = Write(zone=zone, path=path, data=data, mime=mime, metadata=metadata, seq=seq)
         return self._send(write, self._store(write.data))
 

@@ -48,8 +48,8 @@ def run_explain(args: argparse.Namespace, settings: Settings) -> int:
     except OSError as exc:
         print(f"shardfuse explain-chunks: cannot read {args.path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    decoded = too_large(max(size, len(raw)), max_bytes=limit) if len(raw) > limit else decode_content(
-        raw, max_bytes=limit)
+    # A device has no size: its limit + 1 bytes read are too large for decode_content itself.
+    decoded = too_large(size, max_bytes=limit) if size > limit else decode_content(raw, max_bytes=limit)
     if isinstance(decoded, Skipped):
         print(f"{args.path}: not indexed: {decoded.reason}")
         return 0
