@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kombu.exceptions import OperationalError
+
 from shardfuse.pipeline.admin.publisher import Publisher
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import StoreUnavailableError
@@ -27,6 +29,7 @@ class SearchClient:
         # (0.6-0.9 ms of a ~21 ms RPC, measured). With ``workers.search_events`` on, Flower shows every search
         # from the query worker's own events (received, started, succeeded); only one still queued is unseen.
         self._app.conf.task_send_sent_event = False
+        self._broker = settings.broker.display_url
         self._timeout = settings.query.rpc_timeout_s
         self._retry_after_s = settings.query.rpc_retry_after_s
         # The result backend's Redis (its URL, password and TLS settings): where the replies come back.
@@ -37,7 +40,8 @@ class SearchClient:
         :class:`~shardfuse.query.request.SearchRequest` fields (``k``, ``mode``, ``fusion``, ``filters``,
         ``min_score``, ``keyword_depth``, ``include_text``, ...). What the caller leaves out (or passes as None,
         for ``fusion`` and ``alpha``) the query worker's settings decide. A refused request raises the worker's
-        :class:`InvalidQueryError`.
+        :class:`InvalidQueryError`; a broker out of reach, or no worker answering in time,
+        :class:`StoreUnavailableError`.
 
         The answer comes back on a reply list of its own (workers/replies.py). The search is sent again once
         if it is not answered within ``query.rpc_retry_after_s`` (its worker may have died holding it: the
@@ -61,8 +65,13 @@ class SearchClient:
     def _send(self, arguments: dict[str, Any], address: str, deadline: float) -> None:
         # expires: a query nobody waits for any more is dropped instead of answered late. ignore_result: the
         # answer goes to ``address``, not to the result backend.
-        self._app.send_task(Task.SEARCH.value, kwargs=arguments, reply_to=address, ignore_result=True,
-                            expires=max(deadline - time.monotonic(), 0.001))
+        try:
+            self._app.send_task(Task.SEARCH.value, kwargs=arguments, reply_to=address, ignore_result=True,
+                                expires=max(deadline - time.monotonic(), 0.001))
+        except OperationalError as exc:  # kombu's, once its own retries are spent
+            raise StoreUnavailableError(
+                f"cannot send the search to the broker at {self._broker}: {exc} (is the stack up? try "
+                "`shardfuse status`)") from exc
 
 
 def remote_search(settings: Settings, query: str, zone: str | None = None, **options: Any) -> dict[str, Any]:
