@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from shardfuse.pipeline.core.errors import ConfigurationError, PermanentError
 from shardfuse.pipeline.core.events import Op, WriteEvent
 from shardfuse.pipeline.storage.cas import ContentStore
+from shardfuse.pipeline.storage.streams import Stored
 
 
 class EventSink(Protocol):
@@ -31,6 +33,18 @@ class Write:
     mime: str | None = None
     metadata: dict[str, Any] | None = None
     seq: int | None = None
+
+
+def fails_alone(exc: Exception) -> bool:
+    """Whether ``exc`` is one write's own failure: its file's ``OSError`` (the CAS's errors are ours, never an
+    ``OSError``), a ``ValueError`` (a path, zone or metadata no event can carry), or content the store refused
+    (a file that changed while it was stored), not a misconfigured or unreachable store."""
+    return isinstance(exc, (OSError, ValueError, PermanentError)) and not isinstance(exc, ConfigurationError)
+
+
+def why_not_published(exc: Exception) -> str:
+    """One line saying why a write failed alone (an ``OSError``'s own words, without its errno prefix)."""
+    return (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
 
 
 class Publisher:
@@ -64,28 +78,30 @@ class Publisher:
         return self._send(write, self._store(write.data))
 
     def write_many(self, writes: Iterable[Write], *, threads: int = 8,
-                   unreadable: Callable[[Write, OSError], None] | None = None) -> list[WriteEvent]:
+                   not_published: Callable[[Write, Exception], None] | None = None) -> list[WriteEvent]:
         """:meth:`write` for many documents, in the order given, with the CAS writes on ``threads`` threads.
 
         Each CAS write is durable (fsync of the file and of its folder, a few ms on a disk) and almost all
         of it is spent waiting on the disk, which flushes concurrent writes together: overlapping them is
         what makes a bulk load publish at the queue's speed rather than the disk's. Each event is still
         sent only once its own content is stored. At most ``4 × threads`` contents are held at a time
-        (files are streamed: a few MiB each). A write whose file cannot be read (gone, unreadable) is given
-        to ``unreadable`` and not published; without it, the file's ``OSError`` is raised.
+        (files are streamed: a few MiB each).
+
+        A write that fails on its own (:func:`fails_alone`: its file gone or unreadable, a path or metadata no
+        event can carry, a file that changed while it was stored) is given to ``not_published`` with its error,
+        and the others go on; without it, that error is raised. A store out of reach or misconfigured is
+        raised either way: every write after it would fail the same way.
         """
         events: list[WriteEvent] = []
-        window: deque[tuple[Write, Future[str]]] = deque()
+        window: deque[tuple[Write, Future[Stored]]] = deque()
 
-        def settle(held: Write, stored: Future[str]) -> None:
+        def settle(held: Write, storing: Future[Stored]) -> None:
             try:
-                content_hash = stored.result()
-            except OSError as exc:  # the file's own: the CAS's errors are ours, never OSError
-                if unreadable is None:
+                events.append(self._send(held, storing.result()))
+            except Exception as exc:
+                if not_published is None or not fails_alone(exc):
                     raise
-                unreadable(held, exc)
-                return
-            events.append(self._send(held, content_hash))
+                not_published(held, exc)
 
         with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="cas-put") as pool:
             for write in writes:
@@ -96,12 +112,13 @@ class Publisher:
                 settle(*window.popleft())
         return events
 
-    def _store(self, data: bytes | Path) -> str:
-        return self._cas.put_file(data) if isinstance(data, Path) else self._cas.put(data)
+    def _store(self, data: bytes | Path) -> Stored:
+        """The stored content's hash and size (a file's is the stored bytes': it may have changed since
+        anyone looked at it)."""
+        return self._cas.put_file(data) if isinstance(data, Path) else Stored(self._cas.put(data), len(data))
 
-    def _send(self, write: Write, content_hash: str) -> WriteEvent:
-        # A file's size is the stored content's: the file may have changed since anyone looked at it.
-        size = self._cas.size(content_hash) if isinstance(write.data, Path) else len(write.data)
+    def _send(self, write: Write, stored: Stored) -> WriteEvent:
+        content_hash, size = stored
         event = WriteEvent(
             op=Op.WRITE,
             zone=write.zone,

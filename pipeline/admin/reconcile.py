@@ -29,7 +29,7 @@ from pathlib import Path
 
 from psycopg import sql
 
-from shardfuse.pipeline.admin.publisher import Publisher, Write
+from shardfuse.pipeline.admin.publisher import Publisher, Write, why_not_published
 from shardfuse.pipeline.admin.sources import iter_source_files
 from shardfuse.pipeline.core.errors import InvalidEventError, SchemaMissingError
 from shardfuse.pipeline.core.events import MAX_BIGINT, Op, WriteEvent
@@ -223,7 +223,8 @@ def publish_plan(diff: ReconcilePlan, tree: SourceTree, *, zone: str, publisher:
                  clock: Callable[[], int] = time.time_ns,
                  progress: Progress | None = None) -> tuple[list[WriteEvent], dict[str, str]]:
     """Publish ``diff``'s writes (each file streamed into the CAS as it is now, CAS first) and deletes, each with
-    a seq above the stored one. Returns the events, and the planned writes whose file could no longer be read."""
+    a seq above the stored one. Returns the events, and the planned writes that could not be published (a file
+    gone or unreadable since the walk, or changed while it was stored), each with the reason."""
     vanished: dict[str, str] = {}
     published = 0
 
@@ -235,10 +236,10 @@ def publish_plan(diff: ReconcilePlan, tree: SourceTree, *, zone: str, publisher:
             if progress is not None:
                 progress(Stage.PUBLISH, published)
 
-    def gone(write: Write, exc: OSError) -> None:
-        vanished[write.path] = exc.strerror or str(exc)
+    def gone(write: Write, exc: Exception) -> None:
+        vanished[write.path] = why_not_published(exc)
 
-    events = publisher.write_many(writes(), unreadable=gone)
+    events = publisher.write_many(writes(), not_published=gone)
     for item in diff.deletes:
         events.append(publisher.delete(zone=zone, path=item.path, seq=next_seq(item.after_seq, clock())))
         published += 1

@@ -22,7 +22,7 @@ from typing import BinaryIO, Protocol
 from shardfuse.pipeline.core.durable_files import atomic_write_bytes, fsync_dir
 from shardfuse.pipeline.core.errors import ContentNotFoundError, PermanentError, StoreUnavailableError
 from shardfuse.pipeline.core.events import hex_digest
-from shardfuse.pipeline.storage.streams import copy_hashing, copy_verified, file_hash, read_chunks
+from shardfuse.pipeline.storage.streams import Stored, copy_hashing, copy_verified, hashed_file, read_chunks
 
 
 def hash_content(data: bytes) -> str:
@@ -50,9 +50,9 @@ class ContentStore(Protocol):
         :class:`ContentNotFoundError` if there are none."""
         ...
 
-    def put_file(self, path: Path) -> str:
-        """Store the content of the file ``path`` (idempotent) and return its hash, streamed: memory stays
-        bounded whatever the file's size. The file must not change meanwhile (a change is an error)."""
+    def put_file(self, path: Path) -> Stored:
+        """Store the content of the file ``path`` (idempotent) and return its hash and size, streamed: memory
+        stays bounded whatever the file's size. The file must not change meanwhile (a change is an error)."""
         ...
 
     def copy_to(self, content_hash: str, out: BinaryIO) -> int:
@@ -117,14 +117,14 @@ class LocalContentStore:
         with self._filesystem("stat", content_hash, reading=True):
             return path.stat().st_size
 
-    def put_file(self, path: Path) -> str:
+    def put_file(self, path: Path) -> Stored:
         """Store the file ``path``. It is hashed first: content held already is not written again (as
         :meth:`put`: republishing a tree is mostly that, and a copy costs a write and two syncs). Otherwise it
         is copied (and hashed again in the same pass) to a temporary file under ``root``, then renamed into
         place under the copy's hash (the file may have changed since it was hashed)."""
-        held = file_hash(path)  # the file's own OSError, as open() below raises it
-        with self._filesystem("look up", held):
-            if self.path_for(held).is_file():
+        held = hashed_file(path)  # the file's own OSError, as open() below raises it
+        with self._filesystem("look up", held.content_hash):
+            if self.path_for(held.content_hash).is_file():
                 return held
         with open(path, "rb") as source, self._filesystem("write", str(path)):
             self._root.mkdir(parents=True, exist_ok=True)
@@ -132,16 +132,16 @@ class LocalContentStore:
             try:
                 os.fchmod(fd, 0o644)  # as atomic_write_bytes: readable by workers running as another user
                 with os.fdopen(fd, "wb") as out:
-                    name, _ = copy_hashing(read_chunks(source), out)
+                    name, size = copy_hashing(read_chunks(source), out)
                     out.flush()
                     os.fsync(out.fileno())
                 target = self.path_for(name)
                 if target.is_file():
-                    return name
+                    return Stored(name, size)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp_name, target)
                 fsync_dir(target.parent)
-                return name
+                return Stored(name, size)
             finally:
                 Path(tmp_name).unlink(missing_ok=True)
 
@@ -198,9 +198,10 @@ class InMemoryContentStore:
         except KeyError as exc:
             raise ContentNotFoundError(_not_found("the in-memory CAS", content_hash)) from exc
 
-    def put_file(self, path: Path) -> str:
+    def put_file(self, path: Path) -> Stored:
         """Store the content of the file ``path``."""
-        return self.put(path.read_bytes())
+        data = path.read_bytes()
+        return Stored(self.put(data), len(data))
 
     def copy_to(self, content_hash: str, out: BinaryIO) -> int:
         """Write the content of ``content_hash`` to ``out``."""

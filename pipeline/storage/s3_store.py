@@ -40,7 +40,7 @@ from shardfuse.pipeline.storage.s3_errors import (
     not_found_message,
     translate,
 )
-from shardfuse.pipeline.storage.streams import CHUNK_BYTES, copy_verified, file_hash, file_identity
+from shardfuse.pipeline.storage.streams import CHUNK_BYTES, Stored, copy_verified, file_identity, hashed_file
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -122,23 +122,25 @@ class S3ContentStore:
             raise ContentNotFoundError(not_found_message(self._target.describe(), content_hash))
         return head
 
-    def put_file(self, path: Path) -> str:
+    def put_file(self, path: Path) -> Stored:
         """Store the file ``path``: hashed in one streamed pass, then uploaded (multipart when large) unless
         the store holds it. A file that changes meanwhile is refused, and its upload removed."""
         before = file_identity(path)
         if before[1] < self._settings.multipart_threshold_mb * MIB:
-            return self.put(path.read_bytes())  # small: one read, hashed and sent from the same bytes
-        name = file_hash(path)
+            data = path.read_bytes()  # small: one read, hashed and sent from the same bytes
+            return Stored(self.put(data), len(data))
+        stored = hashed_file(path)
+        name = stored.content_hash
         key = self.key_for(name)
         if self._head(key, name) is not None:
-            return name
+            return stored
         self._call(f"upload {path} as {name}", lambda: self._upload(path, key))
         if file_identity(path) != before:
             self._call(f"remove the changed upload {name}",
                        lambda: self._client.delete_object(Bucket=self._bucket, Key=key))  # fmt: skip
             raise PermanentError(f"{path} changed while it was being stored in the CAS: store it again once "
                                  "nothing writes to it")
-        return name
+        return stored
 
     def copy_to(self, content_hash: str, out: BinaryIO) -> int:
         """Stream the object of ``content_hash`` into ``out``, verifying the hash. A seekable ``out`` is

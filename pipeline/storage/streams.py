@@ -10,7 +10,7 @@ import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from shardfuse.pipeline.core.errors import PermanentError
 
@@ -18,10 +18,24 @@ from shardfuse.pipeline.core.errors import PermanentError
 CHUNK_BYTES = 1024 * 1024
 
 
+class Stored(NamedTuple):
+    """What a ``put_file`` stored: the content's CAS name and its size in bytes (the stored bytes', which
+    a file that changed since anyone looked at it may no longer have)."""
+
+    content_hash: str
+    size: int
+
+
 def file_hash(path: Path) -> str:
     """The CAS name (``"sha256:<hex>"``) of the file ``path``, read in chunks."""
+    return hashed_file(path).content_hash
+
+
+def hashed_file(path: Path) -> Stored:
+    """The CAS name and size of the bytes read from the file ``path``, in chunks."""
     with open(path, "rb") as source:
-        return "sha256:" + hashlib.file_digest(source, "sha256").hexdigest()
+        name = "sha256:" + hashlib.file_digest(source, "sha256").hexdigest()
+        return Stored(name, source.tell())  # at the end of what was read and hashed
 
 
 def file_identity(path: Path) -> tuple[int, int, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.error
@@ -150,6 +151,22 @@ def test_cli_publish_wait_search_as_a_new_user(stack: Stack, tmp_path: Path) -> 
     assert not any("build/" in p or p.endswith(".log") for p in paths)
     text = stack.cli("search", "split camelCase identifiers", "--zone", "cli", "-k", "2").stdout
     assert "src/tokenizer.py:1-3" in text
+
+
+def test_cli_publish_reports_a_file_no_event_can_carry_and_publishes_the_rest(stack: Stack, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("first.md", "last.md"):
+        (tree / name).write_text(f"# {name}\nquetzalword in {name}\n")
+    (tree / os.fsdecode(b"latin1-\xe9.md")).write_bytes(b"a name that is not UTF-8\n")
+
+    published = stack.cli("publish", str(tree), "--zone", "cli-names", check=False)
+    assert published.returncode == 1, published
+    assert "published 2 file(s)" in published.stdout
+    assert "not published: " in published.stderr and "rename the file to valid UTF-8" in published.stderr
+    stack.cli("wait", "--timeout", "120")
+    found = sorted(_paths(stack.search("quetzalword", "cli-names", mode="keyword")))
+    assert [path.removeprefix(str(tmp_path)) for path in found] == ["/tree/first.md", "/tree/last.md"]
 
 
 def test_send_task_from_an_unrelated_process_matches_the_cli(stack: Stack) -> None:

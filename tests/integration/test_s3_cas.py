@@ -56,6 +56,14 @@ def test_round_trip_under_the_local_layout(store: S3ContentStore, object_store: 
     assert store.put(b"") == hash_content(b"") and store.get(hash_content(b"")) == b""
 
 
+def test_put_file_returns_the_stored_hash_and_size(store: S3ContentStore, tmp_path: Path) -> None:
+    small = tmp_path / "small.py"
+    small.write_bytes(b"x = 1\n" * 100)
+    assert store.put_file(small) == (hash_content(small.read_bytes()), 600)
+    assert store.put_file(small) == (hash_content(small.read_bytes()), 600)  # held already: the same answer
+    assert store.size(hash_content(small.read_bytes())) == 600
+
+
 def test_missing_object_is_content_not_found(store: S3ContentStore) -> None:
     assert not store.exists(MISSING)
     for read in (store.get, store.size):
@@ -101,7 +109,7 @@ def test_large_file_is_streamed_in_bounded_memory(
     settings_file = write_settings_file(object_store.settings(bucket=BUCKET, prefix="tenant/cas"),
                                         tmp_path / "settings.json")  # fmt: skip
     put = _probe(settings_file, "put", str(source))
-    assert put["hash"] == expected and store.size(expected) == LARGE_MB * MIB
+    assert put["hash"] == expected and put["size"] == store.size(expected) == LARGE_MB * MIB
     copy = tmp_path / "copy.bin"
     get = _probe(settings_file, "get", expected, str(copy))
     assert copy.stat().st_size == LARGE_MB * MIB and _file_sha256(copy) == expected

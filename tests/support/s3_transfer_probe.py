@@ -32,13 +32,13 @@ def main(argv: list[str]) -> int:
     baseline = peak_rss_bytes()
     started = time.perf_counter()
     if op == "put":
-        content_hash = store.put_file(Path(rest[0]))
+        content_hash, size = store.put_file(Path(rest[0]))
     else:
         content_hash = rest[0]
         with open(rest[1], "wb") as out:
-            store.copy_to(content_hash, out)
+            size = store.copy_to(content_hash, out)
     seconds = time.perf_counter() - started
-    print(json.dumps({"hash": content_hash, "seconds": round(seconds, 3), "baseline_rss": baseline,
+    print(json.dumps({"hash": content_hash, "size": size, "seconds": round(seconds, 3), "baseline_rss": baseline,
                       "peak_rss": peak_rss_bytes()}))  # fmt: skip
     return 0
 

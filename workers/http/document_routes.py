@@ -87,7 +87,7 @@ async def upload(request: Request, key: Caller, zone: Zone, path: DocPath,
 
 def _store_and_publish(held: Services, spool: Path, *, zone: str, path: str, size: int, mime: str | None,
                        metadata: dict[str, Any] | None) -> WriteEvent:
-    content_hash = held.cas.put_file(spool)
+    content_hash = held.cas.put_file(spool).content_hash
     with held.event_sink() as sink:
         return publish_stored(sink, zone=zone, path=path, content_hash=content_hash, size=size, mime=mime,
                               metadata=metadata)

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from shardfuse.pipeline.admin.publisher import Publisher, Write
+from shardfuse.pipeline.admin.publisher import Publisher, Write, why_not_published
 from shardfuse.pipeline.admin.watching.events import Touched
 from shardfuse.pipeline.admin.watching.ledger import Ledger
 from shardfuse.pipeline.admin.watching.resolution import SourceTrees
+from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.pipeline.core.events import WriteEvent
 from shardfuse.pipeline.storage.cas import LocalContentStore
+from shardfuse.pipeline.storage.streams import Stored
 
 MIB = 1024 * 1024
 
@@ -86,14 +88,50 @@ def test_the_watcher_hashes_a_big_file_in_bounded_memory_and_publishes_it_stream
     assert (change.name, change.file, change.content_hash) == ("src/dump.sql", root / "dump.sql", expected)
 
 
-def test_write_many_passes_over_a_file_it_cannot_read_when_told_where_to_report_it(tmp_path: Path) -> None:
-    (tmp_path / "a.md").write_bytes(b"a")
-    (tmp_path / "c.md").write_bytes(b"c")
+def test_write_many_passes_over_a_write_that_fails_alone_when_told_where_to_report_it(tmp_path: Path) -> None:
+    for name in ("a.md", "bad", "c.md"):
+        (tmp_path / name).write_bytes(name.encode())
     writes = [Write(zone="z", path=name, data=tmp_path / name) for name in ("a.md", "gone.md", "c.md")]
+    writes.insert(2, Write(zone="z", path="bad\x00.md", data=tmp_path / "bad"))  # no event can carry a NUL
     publisher = Publisher(cas=LocalContentStore(tmp_path / "cas"), sink=Sent())
-    reported: list[tuple[str, str | None]] = []
-    events = publisher.write_many(writes, unreadable=lambda write, exc: reported.append((write.path, exc.strerror)))
+    reported: list[tuple[str, str]] = []
+    events = publisher.write_many(writes, not_published=lambda write, exc: reported.append(
+        (write.path, why_not_published(exc))))
     assert [e.path for e in events] == ["a.md", "c.md"]
-    assert reported == [("gone.md", "No such file or directory")]
+    assert [path for path, _ in reported] == ["gone.md", "bad\x00.md"]
+    assert reported[0][1] == "No such file or directory" and "path" in reported[1][1]
     with pytest.raises(FileNotFoundError):  # not told: the file's own error, as write() raises it
         publisher.write_many(writes)
+
+
+class Misconfigured(LocalContentStore):
+    def put_file(self, path: Path) -> Stored:
+        raise ConfigurationError("the S3 endpoint refused the credentials")
+
+
+def test_a_misconfigured_store_stops_write_many_instead_of_failing_every_write_alone(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_bytes(b"a")
+    reported: list[str] = []
+    with pytest.raises(ConfigurationError, match="refused the credentials"):
+        Publisher(cas=Misconfigured(tmp_path / "cas"), sink=Sent()).write_many(
+            [Write(zone="z", path="a.md", data=tmp_path / "a.md")] * 3,
+            not_published=lambda write, exc: reported.append(write.path))
+    assert reported == []
+
+
+class SizeRefused(LocalContentStore):
+    """A store whose ``size`` must not be needed: on S3 each call is one more HEAD request per file."""
+
+    def size(self, content_hash: str) -> int:
+        raise AssertionError(f"size({content_hash}) asked: put_file already said how many bytes it stored")
+
+
+def test_a_files_size_comes_from_what_put_file_stored_not_another_request(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_bytes(b"# a\n" * 10)
+    cas = SizeRefused(tmp_path / "cas")
+    publisher = Publisher(cas=cas, sink=Sent())
+    for _ in range(2):  # the second time the content is held already
+        event = publisher.write(zone="z", path="a.md", data=tmp_path / "a.md")
+        assert (event.content_hash, event.size) == ("sha256:" + hashlib.sha256(b"# a\n" * 10).hexdigest(), 40)
+    [again] = publisher.write_many([Write(zone="z", path="a.md", data=tmp_path / "a.md")])
+    assert again.size == 40

@@ -34,9 +34,9 @@ def big_file(tmp_path: Path) -> tuple[Path, bytes]:
 def test_put_file_names_content_as_put_does_and_copy_to_returns_it(store: ContentStore,
                                                                    big_file: tuple[Path, bytes]) -> None:
     path, data = big_file
-    name = store.put_file(path)
-    assert name == hash_content(data) == file_hash(path)
-    assert store.put_file(path) == name == store.put(data)  # idempotent, whichever way it came in
+    name, size = store.put_file(path)
+    assert name == hash_content(data) == file_hash(path) and size == len(data)
+    assert store.put_file(path) == (name, size) and store.put(data) == name  # idempotent, whichever way
     out = io.BytesIO(b"kept:")
     out.seek(0, io.SEEK_END)
     assert store.copy_to(name, out) == len(data)
@@ -57,7 +57,7 @@ def test_a_missing_source_file_is_the_callers_error_not_the_store_being_down(sto
 
 def test_local_put_file_leaves_only_the_content_file(tmp_path: Path, big_file: tuple[Path, bytes]) -> None:
     store = LocalContentStore(tmp_path / "cas")
-    name = store.put_file(big_file[0])
+    name = store.put_file(big_file[0]).content_hash
     store.put_file(big_file[0])
     assert sorted(p.relative_to(store.root) for p in store.root.rglob("*") if p.is_file()) == [
         store.path_for(name).relative_to(store.root)]
@@ -66,7 +66,7 @@ def test_local_put_file_leaves_only_the_content_file(tmp_path: Path, big_file: t
 
 def test_local_copy_to_verifies_the_content(tmp_path: Path, big_file: tuple[Path, bytes]) -> None:
     store = LocalContentStore(tmp_path / "cas")
-    name = store.put_file(big_file[0])
+    name = store.put_file(big_file[0]).content_hash
     store.path_for(name).write_bytes(b"tampered")
     with pytest.raises(PermanentError, match="corrupt CAS file .*delete it and publish the content again"):
         store.copy_to(name, io.BytesIO())
@@ -90,5 +90,5 @@ def test_local_put_file_of_content_held_already_writes_nothing(tmp_path: Path, b
         raise AssertionError("a temporary file was made for content the CAS holds")
 
     monkeypatch.setattr("shardfuse.pipeline.storage.cas.tempfile.mkstemp", no_temporary_file)
-    assert store.put_file(big_file[0]) == hash_content(big_file[1])  # republishing: no copy, no sync
+    assert store.put_file(big_file[0]) == (hash_content(big_file[1]), len(big_file[1]))  # no copy, no sync
     assert (stored.stat().st_mtime_ns, stored.stat().st_ino) == before
