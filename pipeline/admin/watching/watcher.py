@@ -6,12 +6,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shardfuse.pipeline.admin.publisher import Publisher
+from shardfuse.pipeline.admin.publisher import Publisher, fails_alone, why_not_published
 from shardfuse.pipeline.admin.watching.debouncer import Debouncer
 from shardfuse.pipeline.admin.watching.events import FsEvent, touched
 from shardfuse.pipeline.admin.watching.ledger import Ledger
 from shardfuse.pipeline.admin.watching.resolution import Resolution, SourceTrees
-from shardfuse.pipeline.core.errors import PermanentError, TransientError
+from shardfuse.pipeline.core.errors import TransientError
 from shardfuse.pipeline.core.events import Op, WriteEvent
 
 _NAMED = 5  # a summary names the paths of a batch up to this many
@@ -111,11 +111,13 @@ class Watcher:
                     event = self._publisher.write(zone=self.zone, path=change.name, data=change.file, seq=seq)
             except FileNotFoundError:  # gone since it was resolved: its own delete event follows
                 continue
-            except OSError as exc:  # unreadable now: what the index holds is left alone
-                batch.not_published[change.name] = exc.strerror or str(exc)
-                continue
-            except (PermanentError, ValueError) as exc:  # a name no event can carry: said, not retried
-                batch.not_published[change.name] = str(exc)
+            except Exception as exc:
+                # Unreadable now, a name no event can carry, a file that changed while it was stored: said, not
+                # retried, and what the index holds is left alone. A store out of reach (TransientError) is
+                # retried by the caller; one that is misconfigured stops the watch, as it would every file.
+                if not fails_alone(exc):
+                    raise
+                batch.not_published[change.name] = why_not_published(exc)
                 continue
             self.ledger.published(event)
             batch.events.append(event)

@@ -11,7 +11,7 @@ from shardfuse.pipeline.admin.watching.resolution import SourceTrees
 from shardfuse.pipeline.admin.watching.watcher import Published, Watcher
 from shardfuse.pipeline.core.errors import StoreUnavailableError
 from shardfuse.pipeline.core.events import Op, WriteEvent
-from shardfuse.pipeline.storage.cas import InMemoryContentStore
+from shardfuse.pipeline.storage.cas import ContentStore, InMemoryContentStore
 
 SETTLE_S = 0.25
 
@@ -40,7 +40,7 @@ class HoldingSink:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, *, ledger: Ledger | None = None) -> None:
+    def __init__(self, tmp_path: Path, *, ledger: Ledger | None = None, cas: ContentStore | None = None) -> None:
         self.base = tmp_path
         self.root = tmp_path / "docs"
         self.root.mkdir()
@@ -48,7 +48,7 @@ class Harness:
         self.ticking = False  # every read of the clock a second later (for the loop's own reads)
         self.wall = 1_000
         self.sink = HoldingSink()
-        publisher = Publisher(cas=InMemoryContentStore(), sink=self.sink)
+        publisher = Publisher(cas=cas or InMemoryContentStore(), sink=self.sink)
         self.watcher = Watcher(zone="z", trees=SourceTrees([self.root], base=tmp_path), ledger=ledger or Ledger(),
                                publisher=publisher, flush=self.sink.flush, settle_s=SETTLE_S, max_delay_s=2.0,
                                clock=self._clock, wall=self._tick)

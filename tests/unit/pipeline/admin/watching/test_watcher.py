@@ -14,9 +14,10 @@ from shardfuse.pipeline.admin.sources import iter_source_files
 from shardfuse.pipeline.admin.watching.events import Kind, Touched
 from shardfuse.pipeline.admin.watching.ledger import Ledger
 from shardfuse.pipeline.admin.watching.resolution import Resolution
-from shardfuse.pipeline.core.errors import StoreUnavailableError
+from shardfuse.pipeline.core.errors import ConfigurationError, PermanentError, StoreUnavailableError
 from shardfuse.pipeline.core.events import WriteEvent
-from shardfuse.pipeline.storage.cas import hash_content
+from shardfuse.pipeline.storage.cas import InMemoryContentStore, hash_content
+from shardfuse.pipeline.storage.streams import Stored
 from tests.unit.pipeline.admin.watching.harness import SETTLE_S, Harness
 
 
@@ -202,3 +203,30 @@ def test_a_file_gone_after_it_was_resolved_is_neither_published_nor_reported(h: 
     h.now += 10 * SETTLE_S
     batch = h.watcher.publish_due()
     assert batch is not None and batch.events == [] and batch.not_published == {}  # its delete event follows
+
+
+class _RefusingStore(InMemoryContentStore):
+    def __init__(self, refusal: Exception) -> None:
+        super().__init__()
+        self.refusal = refusal
+
+    def put_file(self, path: Path) -> Stored:
+        raise self.refusal
+
+
+def test_a_file_that_changed_while_it_was_stored_is_reported_and_the_watch_goes_on(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cas=_RefusingStore(PermanentError("docs/a.md changed while it was being stored")))
+    h.write("a.md", "x")
+    h.now += 10 * SETTLE_S
+    batch = h.watcher.publish_due()
+    assert batch is not None and batch.events == []
+    assert batch.not_published == {"docs/a.md": "docs/a.md changed while it was being stored"}
+
+
+def test_a_store_refusing_the_credentials_stops_the_watch_instead_of_reporting_every_file(tmp_path: Path) -> None:
+    h = Harness(tmp_path, cas=_RefusingStore(ConfigurationError("the S3 endpoint refused the credentials")))
+    h.write("a.md", "x")
+    h.now += 10 * SETTLE_S
+    with pytest.raises(ConfigurationError, match="refused the credentials"):
+        h.watcher.publish_due()
+    assert h.sink.held == [] and h.watcher.ledger.hash_of("docs/a.md") is None
