@@ -112,11 +112,10 @@ def held_seqs(events: Sequence[WriteEvent], *, stores: Sequence[ShardStore], sha
 
 def _read(cas: ContentStore, content_hash: str, *, max_bytes: int) -> Decoded | Skipped:
     """The content decoded, or why not; content over the size limit is skipped without being read."""
-    size = call_within(lambda: cas.size(content_hash), "reading its size from the CAS")
-    if size > max_bytes:
-        return too_large(size, max_bytes=max_bytes)
-    return decode_content(call_within(lambda: cas.get(content_hash), "reading its content from the CAS"),
-                          max_bytes=max_bytes)
+    found = call_within(lambda: cas.get_within(content_hash, max_bytes), "reading its content from the CAS")
+    if found.data is None:
+        return too_large(found.size, max_bytes=max_bytes)
+    return decode_content(found.data, max_bytes=max_bytes)
 
 
 def _prepare(

@@ -22,7 +22,14 @@ from typing import BinaryIO, Protocol
 from shardfuse.pipeline.core.durable_files import atomic_write_bytes, fsync_dir
 from shardfuse.pipeline.core.errors import ContentNotFoundError, PermanentError, StoreUnavailableError
 from shardfuse.pipeline.core.events import hex_digest
-from shardfuse.pipeline.storage.streams import Stored, copy_hashing, copy_verified, hashed_file, read_chunks
+from shardfuse.pipeline.storage.streams import (
+    Bounded,
+    Stored,
+    copy_hashing,
+    copy_verified,
+    hashed_file,
+    read_chunks,
+)
 
 
 def hash_content(data: bytes) -> str:
@@ -48,6 +55,12 @@ class ContentStore(Protocol):
     def size(self, content_hash: str) -> int:
         """How many bytes are stored under ``content_hash`` (without reading them);
         :class:`ContentNotFoundError` if there are none."""
+        ...
+
+    def get_within(self, content_hash: str, max_bytes: int) -> Bounded:
+        """The size of the content stored under ``content_hash``, and its verified bytes if there are at most
+        ``max_bytes`` (else None, and they are not read): what ingest reads, in one request where the store
+        answers size and bytes together (S3's GET); :class:`ContentNotFoundError` if there is none."""
         ...
 
     def put_file(self, path: Path) -> Stored:
@@ -116,6 +129,10 @@ class LocalContentStore:
         path = self.path_for(content_hash)
         with self._filesystem("stat", content_hash, reading=True):
             return path.stat().st_size
+
+    def get_within(self, content_hash: str, max_bytes: int) -> Bounded:
+        """The file's size from the filesystem, then its bytes if they are within ``max_bytes``."""
+        return _within(self, content_hash, max_bytes)
 
     def put_file(self, path: Path) -> Stored:
         """Store the file ``path``. It is hashed first: content held already is not written again (as
@@ -198,6 +215,10 @@ class InMemoryContentStore:
         except KeyError as exc:
             raise ContentNotFoundError(_not_found("the in-memory CAS", content_hash)) from exc
 
+    def get_within(self, content_hash: str, max_bytes: int) -> Bounded:
+        """The size, then the bytes (through :meth:`get`) if they are within ``max_bytes``."""
+        return _within(self, content_hash, max_bytes)
+
     def put_file(self, path: Path) -> Stored:
         """Store the content of the file ``path``."""
         data = path.read_bytes()
@@ -207,6 +228,12 @@ class InMemoryContentStore:
         """Write the content of ``content_hash`` to ``out``."""
         data = self.get(content_hash)
         return copy_verified([data], out, content_hash=content_hash, where="in memory")
+
+
+def _within(store: ContentStore, content_hash: str, max_bytes: int) -> Bounded:
+    """``get_within`` from ``size`` and ``get``: for stores where asking the size costs no request."""
+    size = store.size(content_hash)
+    return Bounded(size, None if size > max_bytes else store.get(content_hash))
 
 
 def _not_found(where: str, content_hash: str) -> str:

@@ -40,7 +40,14 @@ from shardfuse.pipeline.storage.s3_errors import (
     not_found_message,
     translate,
 )
-from shardfuse.pipeline.storage.streams import CHUNK_BYTES, Stored, copy_verified, file_identity, hashed_file
+from shardfuse.pipeline.storage.streams import (
+    CHUNK_BYTES,
+    Bounded,
+    Stored,
+    copy_verified,
+    file_identity,
+    hashed_file,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -121,6 +128,28 @@ class S3ContentStore:
             self._require_bucket()
             raise ContentNotFoundError(not_found_message(self._target.describe(), content_hash))
         return head
+
+    def get_within(self, content_hash: str, max_bytes: int) -> Bounded:
+        """One GET: its ``Content-Length`` says the size, and the body is read (and verified) only if it is
+        within ``max_bytes``; otherwise the connection is closed unread. A HEAD and then a GET, as ingest
+        asked before, cost two round trips per document."""
+        key = self.key_for(content_hash)
+
+        def read() -> Bounded:
+            response = self._client.get_object(Bucket=self._bucket, Key=key)
+            body = response["Body"]
+            try:
+                size = int(response["ContentLength"])
+                if size > max_bytes:
+                    return Bounded(size, None)
+                out = BytesIO()
+                copy_verified(body.iter_chunks(CHUNK_BYTES), out, content_hash=content_hash,
+                              where=f"object s3://{self._bucket}/{key}")
+                return Bounded(size, out.getvalue())
+            finally:
+                body.close()
+
+        return self._call(f"read {content_hash}", read, content_hash=content_hash)
 
     def put_file(self, path: Path) -> Stored:
         """Store the file ``path``: hashed in one streamed pass, then uploaded (multipart when large) unless

@@ -26,6 +26,14 @@ class Stored(NamedTuple):
     size: int
 
 
+class Bounded(NamedTuple):
+    """What a bounded read (``get_within``) found: the content's size, and its bytes if there were at most
+    the limit's (None: over the limit, and not read)."""
+
+    size: int
+    data: bytes | None
+
+
 def file_hash(path: Path) -> str:
     """The CAS name (``"sha256:<hex>"``) of the file ``path``, read in chunks."""
     return hashed_file(path).content_hash

@@ -66,9 +66,22 @@ def test_put_file_returns_the_stored_hash_and_size(store: S3ContentStore, tmp_pa
 
 def test_missing_object_is_content_not_found(store: S3ContentStore) -> None:
     assert not store.exists(MISSING)
-    for read in (store.get, store.size):
+    for read in (store.get, store.size, lambda name: store.get_within(name, 100)):
         with pytest.raises(ContentNotFoundError, match="shardfuse deadletters retry"):
             read(MISSING)
+
+
+def test_a_bounded_read_is_one_request_and_reads_no_body_over_the_limit(store: S3ContentStore) -> None:
+    data = b"0123456789" * 1000
+    name = store.put(data)
+    calls: list[str] = []
+    store._client.meta.events.register("before-call.s3", lambda model, **_: calls.append(model.name))
+    try:
+        assert store.get_within(name, 10_000) == (10_000, data)  # at the limit: read and verified
+        assert store.get_within(name, 9_999) == (10_000, None)  # over it: the size alone
+    finally:
+        store._client.meta.events.unregister("before-call.s3")
+    assert calls == ["GetObject", "GetObject"]  # no HEAD first
 
 
 def test_missing_bucket_is_named_and_ensure_bucket_creates_it(object_store: RunningObjectStore) -> None:  # noqa: F811

@@ -44,6 +44,14 @@ def test_put_file_names_content_as_put_does_and_copy_to_returns_it(store: Conten
     assert store.get(name) == data and store.size(name) == len(data)
 
 
+def test_get_within_reads_content_up_to_the_limit_and_only_sizes_larger(store: ContentStore) -> None:
+    name = store.put(b"x" * 100)
+    assert store.get_within(name, 100) == (100, b"x" * 100)
+    assert store.get_within(name, 99) == (100, None)
+    with pytest.raises(ContentNotFoundError, match="shardfuse deadletters retry"):
+        store.get_within(MISSING, 100)
+
+
 def test_copy_to_of_missing_content(store: ContentStore) -> None:
     with pytest.raises(ContentNotFoundError, match="shardfuse deadletters retry"):
         store.copy_to(MISSING, io.BytesIO())
