@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import psycopg.conninfo
+from pydantic import ValidationError
 
 MASK = "***"
 
@@ -43,6 +44,28 @@ def redact_url(url: str) -> str:
         if at and ":" in userinfo:
             url = f"{match['head']}{userinfo.split(':', 1)[0]}:{MASK}@{host}{match['tail']}"
     return _QUERY_PASSWORD.sub(lambda m: m["key"] + MASK, url)
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """Every problem pydantic found in settings, ``field: problem`` each, joined by ``; ``, and never the value
+    that was given: pydantic's own text quotes each input, and the input may be a password, an API key or a
+    URL holding one."""
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(str(part) for part in error["loc"]) or "settings"
+        problems.append(f"{where}: {str(error['msg']).removeprefix('Value error, ')}")
+    return "; ".join(problems)
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` (or a part of a kombu failover list) cannot be connected to, as far as its form says: a
+    port that is not a number from 0 to 65535; None if its form is fine. The URL is shown masked."""
+    for part in _FAILOVER.split(url):
+        try:
+            _ = urlsplit(part).port  # reading it is the check: urllib parses the port only then
+        except ValueError as exc:
+            return f"{redact_url(part)}: {exc}"
+    return None
 
 
 def redact_dsn(dsn: str) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -49,6 +49,7 @@ from shardfuse.pipeline.config.query import (
     RouterSettings,
     ZoneProfile,
 )
+from shardfuse.pipeline.config.redaction import validation_problems
 from shardfuse.pipeline.config.rerank import RerankProvider, RerankSettings
 from shardfuse.pipeline.config.stack_ports import with_stack_ports
 from shardfuse.pipeline.config.stack_secrets import with_stack_secrets
@@ -247,7 +248,9 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     token = _SOURCES.set(_Sources(config_file=path))
     try:
         settings = Settings(**overrides)
-    except ValueError as exc:  # pydantic's ValidationError, or a TOML syntax error
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid settings: {validation_problems(exc)}") from exc
+    except ValueError as exc:  # a TOML syntax error
         raise ConfigurationError(f"invalid settings: {exc}") from exc
     finally:
         _SOURCES.reset(token)

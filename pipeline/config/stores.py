@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from shardfuse.pipeline.config.cas_location import FileLocation, S3Location, S3Settings, parse_cas_url
-from shardfuse.pipeline.config.redaction import redact_dsn, redact_url
+from shardfuse.pipeline.config.redaction import redact_dsn, redact_url, url_problem
 from shardfuse.pipeline.config.section import Section as _Section
 
 
@@ -32,6 +32,14 @@ class BrokerSettings(_Section):
     # this share of its maxmemory, leaving the rest to the workers, which must still receive to drain it
     # (shardfuse.workers.broker.headroom). 1: never refuse early.
     publish_high_water: float = Field(default=0.85, gt=0, le=1)
+
+    @field_validator("url", "result_backend")
+    @classmethod
+    def _connectable(cls, url: str) -> str:
+        problem = url_problem(url)  # else redis-py fails at the first connection, with a traceback
+        if problem:
+            raise ValueError(problem)
+        return url
 
     @property
     def display_url(self) -> str:

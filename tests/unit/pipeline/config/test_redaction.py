@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -17,7 +18,8 @@ from shardfuse.pipeline.config.redaction import (
     secret_values,
     url_password,
 )
-from shardfuse.pipeline.config.settings import Settings
+from shardfuse.pipeline.config.settings import Settings, load_settings
+from shardfuse.pipeline.core.errors import ConfigurationError
 from shardfuse.workers.stack import access, postgres_server, redis_server
 from shardfuse.workers.stack.addresses import StackAddresses
 from shardfuse.workers.stack.errors import StackError
@@ -149,3 +151,24 @@ def test_a_data_dir_that_trusted_loopback_is_recognised(tmp_path: Path) -> None:
     assert access.hba_trusts(tmp_path)
     (tmp_path / access.HBA_CONF).write_text(access.hba_conf())
     assert not access.hba_trusts(tmp_path)
+
+
+@pytest.mark.parametrize(("overrides", "names"), [
+    ({"cas": {"url": "s3://bucket/p", "s3": {"secret_access_key": "topsecret-value-1"}}}, "cas.s3"),
+    ({"broker": {"url": "redis://:topsecret-value-1@127.0.0.1:notaport/0"}}, "broker.url"),
+    ({"broker": {"result_backend": "redis://:topsecret-value-1@127.0.0.1:99999/1"}}, "broker.result_backend"),
+    ({"embedder": {"api_key": "topsecret-value-1", "batch_size": "many"}}, "embedder.batch_size"),
+])
+def test_invalid_settings_are_named_one_line_each_without_the_values_given(overrides: dict[str, Any],
+                                                                            names: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings(**overrides)
+    message = str(caught.value)
+    assert message.startswith(f"invalid settings: {names}: ") and "\n" not in message, message
+    assert "topsecret-value-1" not in message and "errors.pydantic.dev" not in message
+
+
+def test_a_broker_url_whose_port_is_no_port_is_refused_at_load_masked() -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("broker.url: redis://:***@host:99999/0: Port out of range")):
+        load_settings(broker={"url": "redis://:pw@host:99999/0"})
+    assert Settings(broker={"url": "redis://:pw@host:6380/0;redis://:pw@other:6381/0"}).broker.url.endswith("/0")
