@@ -65,7 +65,10 @@ class ContentStore(Protocol):
 
     def put_file(self, path: Path) -> Stored:
         """Store the content of the file ``path`` (idempotent) and return its hash and size, streamed: memory
-        stays bounded whatever the file's size. The file must not change meanwhile (a change is an error)."""
+        stays bounded whatever the file's size. What is returned always names the bytes stored. A file that
+        changes meanwhile is stored as it was read where one pass reads, hashes and stores it (the local folder;
+        S3 below ``multipart_threshold_mb``), and refused with a :class:`PermanentError` where it is hashed first
+        and read again to upload (S3 above it)."""
         ...
 
     def copy_to(self, content_hash: str, out: BinaryIO) -> int:
