@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import psycopg.conninfo
-from pydantic import ValidationError
 
 MASK = "***"
 
@@ -44,17 +43,6 @@ def redact_url(url: str) -> str:
         if at and ":" in userinfo:
             url = f"{match['head']}{userinfo.split(':', 1)[0]}:{MASK}@{host}{match['tail']}"
     return _QUERY_PASSWORD.sub(lambda m: m["key"] + MASK, url)
-
-
-def validation_problems(exc: ValidationError) -> str:
-    """Every problem pydantic found in settings, ``field: problem`` each, joined by ``; ``, and never the value
-    that was given: pydantic's own text quotes each input, and the input may be a password, an API key or a
-    URL holding one."""
-    problems = []
-    for error in exc.errors(include_url=False, include_input=False, include_context=False):
-        where = ".".join(str(part) for part in error["loc"]) or "settings"
-        problems.append(f"{where}: {str(error['msg']).removeprefix('Value error, ')}")
-    return "; ".join(problems)
 
 
 def url_problem(url: str) -> str | None:

@@ -49,7 +49,6 @@ from shardfuse.pipeline.config.query import (
     RouterSettings,
     ZoneProfile,
 )
-from shardfuse.pipeline.config.redaction import validation_problems
 from shardfuse.pipeline.config.rerank import RerankProvider, RerankSettings
 from shardfuse.pipeline.config.stack_ports import with_stack_ports
 from shardfuse.pipeline.config.stack_secrets import with_stack_secrets
@@ -70,6 +69,7 @@ from shardfuse.pipeline.config.workers import (
     WorkerSettings,
 )
 from shardfuse.pipeline.core.errors import ConfigurationError
+from shardfuse.pipeline.core.validation_errors import field_problems
 
 CONFIG_ENV = "SHARDFUSE_CONFIG"
 
@@ -249,7 +249,7 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
-        raise ConfigurationError(f"invalid settings: {validation_problems(exc)}") from exc
+        raise ConfigurationError(f"invalid settings: {field_problems(exc, whole='settings')}") from exc
     except ValueError as exc:  # a TOML syntax error
         raise ConfigurationError(f"invalid settings: {exc}") from exc
     finally:

@@ -31,6 +31,7 @@ from pydantic import (
 
 from shardfuse.pipeline.core.errors import InvalidEventError
 from shardfuse.pipeline.core.text_checks import bad_character, quoted
+from shardfuse.pipeline.core.validation_errors import field_problems
 from shardfuse.pipeline.core.zones import Zone
 
 HASH_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -149,12 +150,7 @@ def _check_text(text: str, label: str) -> None:
 
 def describe(exc: ValidationError) -> str:
     """Every problem pydantic found, one ``field: problem`` each, as an :class:`InvalidEventError` says it."""
-    problems = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "event"
-        message = str(err["msg"]).removeprefix("Value error, ")
-        problems.append(f"{where}: {message}")
-    return "invalid write event: " + "; ".join(problems)
+    return "invalid write event: " + field_problems(exc, whole="event")
 
 
 def parse_event(raw: object) -> WriteEvent:

@@ -50,6 +50,7 @@ from shardfuse.pipeline.storage.streams import (
 )
 
 if TYPE_CHECKING:
+    from botocore.response import StreamingBody
     from mypy_boto3_s3 import S3Client
 
 T = TypeVar("T")
@@ -137,17 +138,13 @@ class S3ContentStore:
 
         def read() -> Bounded:
             response = self._client.get_object(Bucket=self._bucket, Key=key)
-            body = response["Body"]
-            try:
-                size = int(response["ContentLength"])
-                if size > max_bytes:
-                    return Bounded(size, None)
-                out = BytesIO()
-                copy_verified(body.iter_chunks(CHUNK_BYTES), out, content_hash=content_hash,
-                              where=f"object s3://{self._bucket}/{key}")
-                return Bounded(size, out.getvalue())
-            finally:
-                body.close()
+            size = int(response["ContentLength"])
+            if size > max_bytes:
+                response["Body"].close()
+                return Bounded(size, None)
+            out = BytesIO()
+            self._drain(response["Body"], out, key=key, content_hash=content_hash)
+            return Bounded(size, out.getvalue())
 
         return self._call(f"read {content_hash}", read, content_hash=content_hash)
 
@@ -182,13 +179,18 @@ class S3ContentStore:
                 out.seek(start)
                 out.truncate()
             body = self._client.get_object(Bucket=self._bucket, Key=key)["Body"]
-            try:
-                return copy_verified(body.iter_chunks(CHUNK_BYTES), out, content_hash=content_hash,
-                                     where=f"object s3://{self._bucket}/{key}")
-            finally:
-                body.close()
+            return self._drain(body, out, key=key, content_hash=content_hash)
 
         return self._call(f"read {content_hash}", download, content_hash=content_hash, retry=start is not None)
+
+    def _drain(self, body: StreamingBody, out: BinaryIO, *, key: str, content_hash: str) -> int:
+        """Copy a GET's streamed ``body`` (of object ``key``) into ``out``, verified against ``content_hash``,
+        and close it; its size."""
+        try:
+            return copy_verified(body.iter_chunks(CHUNK_BYTES), out, content_hash=content_hash,
+                                 where=f"object s3://{self._bucket}/{key}")
+        finally:
+            body.close()
 
     # -- the embedded stack ------------------------------------------------------------------------------
     def ensure_bucket(self) -> bool:

@@ -31,7 +31,6 @@ def test_json_rows_show_what_the_filter_would_drop_when_it_is_off(tmp_path: Path
     assert all(row["context"] for row in rows)  # nothing is dropped, so every chunk has its context
 
 
-
 def test_a_file_over_the_size_limit_is_reported_as_ingest_reports_it_without_being_read_whole(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     source = tmp_path / "huge.txt"
