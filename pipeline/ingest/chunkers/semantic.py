@@ -111,10 +111,13 @@ def _pieces(text: str, blocks: list[Block], *, tokens: LineTokens, budget: Chunk
         end = blocks[i + 1].start if i + 1 < len(blocks) else len(text)
         (joint, first), (_, last) = marks[i], marks[i + 1]
         count = tokens.count(block.start, end) if first is None or last is None else last - first
-        if count <= budget.max_tokens:  # most blocks: one piece, without _fit's call and list
-            fitted = [(block.start, end, count, False)]
-        else:
-            fitted = _fit(text, block.start, end, tokens, budget, count)
+        if count <= budget.max_tokens:  # most blocks: one piece, without _fit's call, list and line search
+            # A block is whole lines: it starts a line and runs to the next block's start (a line's) or the
+            # text's end, so the piece is its line's start and not partial.
+            level = block.headings[0][0] if block.headings else 0
+            pieces.append(_Piece(block.start, end, count, path, level, False, joint, block.start, False))
+            continue
+        fitted = _fit(text, block.start, end, tokens, budget, count)
         for k, (s, e, n, window) in enumerate(fitted):
             level = block.headings[0][0] if block.headings and k == 0 else 0
             line = text.rfind("\n", 0, s) + 1
