@@ -126,9 +126,11 @@ def oldest_in_flight_s(client: redis.Redis, *, now: float | None = None) -> dict
 
 
 def _published_at(raw: bytes) -> float | None:
+    """The publish time a queued message carries. Anyone can put anything on a queue, and a worker sets aside
+    what is not a message only when it takes it: such an item next in line has no age."""
     try:
         stamp = json.loads(raw)["headers"].get(PUBLISHED_HEADER)
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # RecursionError: nested too deep
         return None
     return float(stamp) if isinstance(stamp, int | float) else None
 

@@ -104,7 +104,7 @@ def _decoded(raw: bytes) -> dict[str, Any]:
     try:
         reply = json.loads(raw)
         error, answer = (reply.get("error"), reply.get("answer")) if isinstance(reply, dict) else (None, None)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what the decoder recurses through
         error = answer = None
     if isinstance(error, dict):
         kind, message = str(error.get("type")), str(error.get("message"))

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from shardfuse.pipeline.core import json_depth
+
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
@@ -80,15 +82,16 @@ _FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 def _json_object(text: str) -> dict[str, Any]:
     fenced = _FENCE.match(text)
     body = fenced.group(1) if fenced else text
+    # json_depth: a reply nested past its bound is refused (a TooDeepError, a ValueError), never decoded.
     try:
-        data = json.loads(body)
+        data = json_depth.loads(body)
     except json.JSONDecodeError:
         # Some models wrap the object in a sentence; take the outermost braces before giving up.
         start, end = body.find("{"), body.rfind("}")
         if start < 0 or end <= start:
             raise ValueError("no JSON object in the model's reply") from None
         try:
-            data = json.loads(body[start : end + 1])
+            data = json_depth.loads(body[start : end + 1])
         except json.JSONDecodeError as exc:
             raise ValueError(f"the model's reply is not valid JSON: {exc.msg}") from None
     if not isinstance(data, dict):

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
+from shardfuse.pipeline.core import json_depth
 from shardfuse.pipeline.core.errors import EmbeddingProviderError
 from shardfuse.pipeline.core.http_api import Endpoint, error_for_status, retry_after_s
 from shardfuse.query.rerank.port import MalformedRerankError, RerankTimeoutError, scores_by_index
@@ -104,7 +105,9 @@ class HttpReranker:
             raise error_for_status(response.status_code, _detail(response), endpoint=self._endpoint,
                                    retry_after=retry_after_s(dict(response.headers.items())), api_key=self._api_key)
         try:
-            return response.json()
+            return json_depth.loads(response.content)
+        except json_depth.TooDeepError as exc:
+            raise MalformedRerankError(f"{self._endpoint} answered with JSON that {exc}") from exc
         except ValueError as exc:
             raise MalformedRerankError(f"{self._endpoint} answered with something other than JSON: "
                                        f"{response.text[:120]!r}") from exc
@@ -121,7 +124,7 @@ class HttpReranker:
 def _detail(response: httpx.Response) -> str:
     """What the server said: Cohere's ``message``, Jina's ``detail``, TEI's ``error``, else the body."""
     try:
-        payload = response.json()
+        payload = json_depth.loads(response.content)
     except ValueError:
         return response.text
     if isinstance(payload, dict):

@@ -51,7 +51,8 @@ class VoyageReranker:
             result = client.rerank(query, list(texts), self._model, truncation=True)
         except VoyageError as exc:
             raise _translate(exc, self._endpoint, self._api_key, timeout_s=timeout_s) from exc
-        except (AttributeError, KeyError, TypeError, IndexError, ValueError) as exc:  # an answer of another shape
+        # An answer of another shape, or JSON nested past what the SDK's json decoder recurses through.
+        except (AttributeError, KeyError, TypeError, IndexError, ValueError, RecursionError) as exc:
             raise MalformedRerankError(
                 f"{self._endpoint} answered without scores ({type(exc).__name__}: {exc})") from exc
         pairs: list[tuple[object, object]] = [(item.index, item.relevance_score) for item in result.results]

@@ -28,15 +28,12 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 from celery.app.task import Context
 
+from shardfuse.pipeline.core import json_depth
 from shardfuse.pipeline.core.errors import UnreadableMessageError
 from shardfuse.workers.names import PUBLISHED_HEADER, TASK_QUEUES
 
-# JSON nested deeper than this is refused before it is decoded (Python's decoder recurses, and raises
-# RecursionError near 1000 levels, or sooner on a deep stack). Our messages nest fewer than 10 levels.
-MAX_DEPTH = 64
 CONTENT_TYPE = "application/json"  # JSON only (shardfuse.workers.broker.serialization)
 # The tasks each of shardfuse's queues runs; any other queue (a reply queue) carries plain kombu messages.
 QUEUE_TASKS: Mapping[str, frozenset[str]] = {
@@ -44,34 +41,8 @@ QUEUE_TASKS: Mapping[str, frozenset[str]] = {
     for queue in set(TASK_QUEUES.values())
 }
 
-_BRACKETS = b"[]{}"
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
-_STEP = np.zeros(256, dtype=np.int8)  # byte -> +1 (opens), -1 (closes)
-_STEP[list(b"[{")], _STEP[list(b"]}")] = 1, -1
-_DEPTH_CHUNK = 1 << 20
 # The embed part of a task body: our senders never chain, link or chord tasks.
 _EMBED_KEYS = frozenset({"callbacks", "errbacks", "chain", "chord"})
-
-
-def nesting_depth(text: str, *, limit: int = MAX_DEPTH) -> int:
-    """How deep the brackets of JSON ``text`` nest, counted without recursion; stops early (returning a
-    value above ``limit``) once ``limit`` is passed. Exact for valid JSON; for invalid JSON an estimate (the
-    decoder then fails on the syntax, and :func:`check_envelope` turns even its RecursionError into a reason).
-    numpy's running sum keeps 64 MiB of brackets to a fraction of a second (a Python loop takes seconds)."""
-    # Outside the strings: drop the escaped backslashes, then the escaped quotes, and every other piece
-    # between quotes is a string. Then keep only the brackets (all of it at C speed).
-    unescaped = text.replace("\\\\", "").replace('\\"', "")
-    outside = "".join(unescaped.split('"')[0::2]).encode("utf-8")
-    steps = _STEP[np.frombuffer(outside.translate(None, _NOT_BRACKETS), dtype=np.uint8)]
-    depth, deepest = 0, 0
-    # A running sum, a chunk at a time, stopping at the first chunk past the limit.
-    for start in range(0, len(steps), _DEPTH_CHUNK):
-        running = np.cumsum(steps[start:start + _DEPTH_CHUNK], dtype=np.int64) + depth
-        deepest = max(deepest, int(running.max()))
-        if deepest > limit:
-            break
-        depth = int(running[-1])
-    return deepest
 
 
 def _decode_json(raw: bytes, what: str) -> Any:
@@ -81,10 +52,10 @@ def _decode_json(raw: bytes, what: str) -> Any:
         raise UnreadableMessageError(f"{what} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     if not text.strip():
         raise UnreadableMessageError(f"{what} is empty")
-    if (depth := nesting_depth(text)) > MAX_DEPTH:
-        raise UnreadableMessageError(f"{what} nests deeper than {MAX_DEPTH} levels ({depth} or more)")
     try:
-        return json.loads(text)
+        return json_depth.loads(text)
+    except json_depth.TooDeepError as exc:
+        raise UnreadableMessageError(f"{what} {exc}") from None
     except json.JSONDecodeError as exc:
         truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
         raise UnreadableMessageError(f"{what} is {'truncated' if truncated else 'not'} JSON "

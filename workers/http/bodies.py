@@ -4,13 +4,13 @@ limit plus one chunk, whatever its ``Content-Length`` claims or when it has none
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
+from shardfuse.pipeline.core import json_depth
 from shardfuse.workers.http.errors import ApiError
 
 
@@ -37,7 +37,9 @@ async def read_json(request: Request, *, limit: int) -> dict[str, Any]:
         if len(body) > limit:
             raise _too_large("the request body", limit, "api.max_request_bytes")
     try:
-        data = json.loads(body)
+        data = json_depth.loads(body)
+    except json_depth.TooDeepError as exc:
+        raise ApiError(422, "invalid_json", f"the request body {exc}", fields=["body"]) from exc
     except ValueError as exc:  # UnicodeDecodeError included
         raise ApiError(422, "invalid_json", f"the request body is not JSON: {exc}", fields=["body"]) from exc
     if not isinstance(data, dict):

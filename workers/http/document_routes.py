@@ -10,7 +10,6 @@ published. Zone, path and metadata are query parameters, checked before a byte i
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from pydantic import BaseModel
 
 from shardfuse.pipeline.admin.publisher import Publisher
 from shardfuse.pipeline.admin.uploads import check_target, mime_for, publish_stored
+from shardfuse.pipeline.core import json_depth
 from shardfuse.pipeline.core.events import WriteEvent
 from shardfuse.workers.http.auth import Caller, require_write, services
 from shardfuse.workers.http.bodies import spool_upload
@@ -59,7 +59,9 @@ def _metadata(raw: str | None) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        value = json.loads(raw)
+        value = json_depth.loads(raw)
+    except json_depth.TooDeepError as exc:
+        raise ApiError(422, "invalid_request", f"metadata {exc}", fields=["metadata"]) from exc
     except ValueError as exc:
         raise ApiError(422, "invalid_request", f"metadata is not JSON: {exc}", fields=["metadata"]) from exc
     if not isinstance(value, dict):

@@ -91,6 +91,8 @@ class OpenAIApi:
             yield
         except openai.OpenAIError as exc:
             raise translate(exc, self.endpoint, timeout_s=timeout_s, api_key=self._api_key) from exc
+        except RecursionError as exc:  # the SDK decodes the body with the json module, which recurses
+            raise EmbeddingProviderError(f"{self.endpoint} answered with JSON nested too deeply to read") from exc
 
     def _get_client(self) -> openai.OpenAI:
         with self._lock:

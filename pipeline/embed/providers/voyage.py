@@ -111,6 +111,8 @@ class VoyageEmbedder(RemoteEmbedder):
             return Embedding.create(**kwargs)  # type: ignore[no-untyped-call]  # the SDK's resources are unannotated
         except VoyageError as exc:
             raise _translate(exc, self._endpoint, self._api_key) from exc
+        except RecursionError as exc:  # the SDK decodes the body with the json module, which recurses
+            raise EmbeddingProviderError(f"{self._endpoint} answered with JSON nested too deeply to read") from exc
 
     def _prepare_output(self, response: Any, count: int) -> Vectors:
         try:

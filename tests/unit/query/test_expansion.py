@@ -211,8 +211,11 @@ def test_an_unreachable_server_fails_the_expansion_not_the_search() -> None:
         Reply.chat('{"answer": "unrelated"}'),
         Reply.chat(None),
         Reply(status=200, body=b"<html>not json</html>", headers={"Content-Type": "text/html"}),
+        # Nested past what Python's json decoder recurses through, in the reply or in the whole response.
+        Reply.chat('{"lexical": ' + "[" * 5_000 + "]" * 5_000 + "}"),
+        Reply(status=200, body=b"[" * 50_000 + b"]" * 50_000, headers={"Content-Type": "application/json"}),
     ],
-    ids=["prose", "json-list", "wrong-keys", "no-content", "not-json-http"],
+    ids=["prose", "json-list", "wrong-keys", "no-content", "not-json-http", "deep-json-reply", "deep-json-http"],
 )
 def test_unusable_output_fails(server: FakeOpenAIServer, make_expander: Any, reply: Reply) -> None:
     server.script(CHAT_COMPLETIONS, [reply])
@@ -281,7 +284,8 @@ def test_parse_expansion_drops_bad_entries() -> None:
     assert parse_expansion(json.dumps({"lexical": ["a"]}), query=QUERY, max_variants=0).is_empty
 
 
-@pytest.mark.parametrize("text", ["", "nope", "[]", "{not json}", '{"other": 1}', "```json\n```"])
+@pytest.mark.parametrize("text", ["", "nope", "[]", "{not json}", '{"other": 1}', "```json\n```",
+                                  '{"lexical": ' + "[" * 5_000 + "]" * 5_000 + "}"])
 def test_parse_expansion_rejects_what_is_not_an_expansion(text: str) -> None:
     with pytest.raises(ValueError):
         parse_expansion(text, query=QUERY, max_variants=3)

@@ -29,6 +29,16 @@ def test_the_oldest_waiting_message_is_the_one_next_in_line() -> None:
     assert ages == {"ingest": 90.0, "embed": 30.0, "maintenance": None, "query": None}
 
 
+def test_a_hostile_message_next_in_line_leaves_its_queue_without_an_age() -> None:
+    # Anyone who can write to the broker can put any bytes on a queue; status reads the head before a worker
+    # has set such an item aside. JSON nested past what the decoder recurses through must not break it.
+    client = fakeredis.FakeRedis()
+    client.lpush("ingest", b"[" * 100_000 + b"]" * 100_000)
+    client.lpush("embed", b"not json", _message(NOW - 30))
+    client.lpush("query", b'{"headers": 1}')
+    assert oldest_waiting_s(client, now=NOW) == {"ingest": None, "embed": None, "maintenance": None, "query": None}
+
+
 def test_the_longest_held_delivery_is_reported_per_queue() -> None:
     client = fakeredis.FakeRedis()
     for tag, queue, at in (("a", "ingest", NOW - 300), ("b", "ingest", NOW - 5), ("c", "embed", NOW - 42)):

@@ -57,7 +57,8 @@ def test_any_other_error_names_its_type(client: fakeredis.FakeRedis) -> None:
         replies.wait(client, address, 1.0)
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'{"answer": 3}', b'{"other": {}}', b"\xff\xfe"])
+@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'{"answer": 3}', b'{"other": {}}', b"\xff\xfe",
+                                 b"[" * 100_000 + b"]" * 100_000])
 def test_anything_else_on_the_list_is_a_remote_search_error_saying_so(client: fakeredis.FakeRedis,
                                                                       raw: bytes) -> None:
     address = replies.new_address()

@@ -239,6 +239,15 @@ def test_malformed_response_is_transient(provider: Provider, server: FakeEmbeddi
         provider.build(server).embed_documents(["x"])
 
 
+def test_a_response_nested_too_deeply_is_transient_not_a_recursion_error(provider: Provider,
+                                                                        server: FakeEmbeddingsServer) -> None:
+    # Python's json decoder, which both SDKs use, recurses once per level: 50,000 levels exhaust the stack.
+    server.script(EMBEDDINGS, [Reply(body=b"[" * 50_000 + b"]" * 50_000,
+                                     headers={"Content-Type": "application/json"})])
+    with pytest.raises(EmbeddingProviderError, match="nested too deeply"):
+        provider.build(server).embed_documents(["x"])
+
+
 def test_missing_key_is_a_configuration_error(provider: Provider, server: FakeEmbeddingsServer) -> None:
     with pytest.raises(ConfigurationError, match="SHARDFUSE_EMBEDDER__API_KEY"):
         provider.build(server, api_key="")

@@ -129,9 +129,12 @@ def test_the_context_is_sent_in_front_of_the_text(server: FakeRerankServer) -> N
         ([rerank_error(503, "overloaded"), rerank_error(500, "boom")], "unavailable", "HTTP 50"),
         ([Reply(body=b"<html>bad gateway</html>", headers={"Content-Type": "text/html"})] * 2, "malformed", ""),
         ([Reply(json={"unexpected": True})] * 2, "malformed", ""),
+        # Nested past what Python's json decoder recurses through: refused, never a RecursionError.
+        ([Reply(body=b"[" * 50_000 + b"]" * 50_000, headers={"Content-Type": "application/json"})] * 2,
+         "malformed", ""),
         ([Reply(delay_s=2.0, json={})], "timeout", "timed out"),
     ],
-    ids=["429-retry-after-past-the-budget", "5xx", "not-json", "wrong-shape", "timeout"],
+    ids=["429-retry-after-past-the-budget", "5xx", "not-json", "wrong-shape", "deep-json", "timeout"],
 )
 def test_failures_keep_the_fused_order_within_the_budget(
     server: FakeRerankServer, provider: Provider, replies: list[Reply], outcome: str, reason: str

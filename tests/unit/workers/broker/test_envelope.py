@@ -17,7 +17,7 @@ from kombu.transport.virtual import Message
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.pipeline.core.errors import UnreadableMessageError
 from shardfuse.workers.app import create_app
-from shardfuse.workers.broker.envelope import MAX_DEPTH, QUEUE_TASKS, check_envelope, nesting_depth
+from shardfuse.workers.broker.envelope import QUEUE_TASKS, check_envelope
 from shardfuse.workers.names import Queue, Task
 
 LIMIT = 1 << 20
@@ -215,23 +215,3 @@ def test_a_cut_or_corrupted_real_envelope_is_refused_or_still_runnable(real: dic
     else:
         item[data.draw(st.integers(0, len(item) - 1))] = data.draw(st.integers(0, 255))
     _refused_or_runnable(bytes(item), _queue_of(original))
-
-
-def _depth(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + max(map(_depth, value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max(map(_depth, value), default=0)
-    return 0
-
-
-@settings(max_examples=300, deadline=None)
-@given(_json() | st.text())
-def test_nesting_depth_counts_the_brackets_outside_strings(value: Any) -> None:
-    assert nesting_depth(json.dumps(value)) == _depth(value)
-    assert nesting_depth(json.dumps(value, ensure_ascii=False)) == _depth(value)
-
-
-def test_nesting_depth_stops_past_its_limit_and_sees_no_brackets_in_strings() -> None:
-    assert nesting_depth("[" * 10**6) > MAX_DEPTH
-    assert nesting_depth(json.dumps(["[[[[", "\\", '"{{{', "]]"])) == 1

@@ -116,6 +116,23 @@ def test_bad_json_is_422_with_the_cli_message_and_the_field(
     assert not_json.json()["error"]["code"] == "invalid_json" and not_json.json()["error"]["fields"] == ["body"]
 
 
+def test_json_nested_too_deeply_is_422_not_an_internal_error(
+        api: tuple[TestClient, ListedEvents, dict[str, str]]) -> None:
+    # Python's json decoder recurses once per level: a few kilobytes of brackets used to end in a 500.
+    http, held, tokens = api
+    key = bearer(tokens["admin"])
+    deep = http.post("/v1/search", content=b"[" * 400 + b"]" * 400, headers=key)
+    assert deep.status_code == 422
+    assert deep.json()["error"] == {"code": "invalid_json", "fields": ["body"],
+                                    "message": "the request body nests deeper than 64 levels (400 or more)"}
+    metadata = '{"a":' * 2_000 + "1" + "}" * 2_000
+    upload = http.post("/v1/documents", params={"zone": "a", "path": "deep.txt", "metadata": metadata},
+                       headers=key, content=b"hello")
+    assert upload.status_code == 422 and upload.json()["error"]["fields"] == ["metadata"]
+    assert "nests deeper than 64 levels" in upload.json()["error"]["message"]
+    assert held.published == []
+
+
 def test_oversize_bodies_are_413_and_nothing_is_published(
         api: tuple[TestClient, ListedEvents, dict[str, str]]) -> None:
     http, held, tokens = api
