@@ -13,12 +13,13 @@ from contextlib import asynccontextmanager
 from importlib import metadata
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from shardfuse.pipeline.config.settings import Settings
 from shardfuse.query.request import SearchRequest
 from shardfuse.workers.http import document_routes, errors, search_routes, status_routes
+from shardfuse.workers.http.query_strings import utf8_query_string
 from shardfuse.workers.http.services import Services
 
 TITLE = "shardfuse"
@@ -38,7 +39,8 @@ def create_app(settings: Settings, *, build: Callable[[Settings], Services] = Se
         finally:
             held.close()
 
-    app = FastAPI(title=TITLE, version=_version(), description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title=TITLE, version=_version(), description=DESCRIPTION, lifespan=lifespan,
+                  dependencies=[Depends(utf8_query_string)])
     errors.install(app)
     for module in (search_routes, document_routes, status_routes):
         app.include_router(module.router)

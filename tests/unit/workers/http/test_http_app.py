@@ -116,6 +116,26 @@ def test_bad_json_is_422_with_the_cli_message_and_the_field(
     assert not_json.json()["error"]["code"] == "invalid_json" and not_json.json()["error"]["fields"] == ["body"]
 
 
+def test_a_query_parameter_that_is_not_utf8_is_422_and_never_replaced(
+        api: tuple[TestClient, ListedEvents, dict[str, str]]) -> None:
+    # Starlette would read caf%E9 (Latin-1) and caf%E8 alike as "caf\ufffd": two names, one published path.
+    http, held, tokens = api
+    key = bearer(tokens["admin"])
+    for url in ("/v1/documents?zone=a&path=caf%E9.txt", "/v1/documents?zone=a&path=%ED%A0%80.txt",
+                "/v1/documents?zone=a&path=ok.txt&metadata=%7B%22k%22%3A%22%FF%22%7D"):
+        refused = http.post(url, headers=key, content=b"hello")
+        assert refused.status_code == 422, url
+        error = refused.json()["error"]
+        assert error["code"] == "invalid_request" and "not UTF-8 once percent-decoded" in error["message"]
+        assert error["fields"] == [url.rsplit("&", 1)[1].split("=")[0]]
+    assert http.delete("/v1/documents?zone=a&path=caf%E9.txt", headers=key).status_code == 422
+    assert held.published == []
+    accepted = [http.post(f"/v1/documents?zone=a&path={path}", headers=key, content=b"hello")
+                for path in ("caf%C3%A9.txt", "%EF%BF%BD.txt", "a+b.txt")]  # UTF-8, U+FFFD itself, a space
+    assert [r.status_code for r in accepted] == [202] * 3
+    assert [event.path for event in held.published] == ["café.txt", "\ufffd.txt", "a b.txt"]
+
+
 def test_json_nested_too_deeply_is_422_not_an_internal_error(
         api: tuple[TestClient, ListedEvents, dict[str, str]]) -> None:
     # Python's json decoder recurses once per level: a few kilobytes of brackets used to end in a 500.
