@@ -25,11 +25,14 @@ class Header:
         if self.tail is None:
             yield from self.pattern.finditer(code, pos)
             return
-        end_of_tail = (tails or TailScan(code)).ender(self.tail)
+        scan = tails or TailScan(code)
+        end_of_tail = scan.ender(self.tail)
         search = self.pattern.search
         while (m := search(code, pos)) is not None:
             end = end_of_tail(m.end())
             if end is None:
+                if scan.none_after(self.tail, m.start() + 1):  # a file of declarations without bodies
+                    return
                 pos = m.start() + 1
                 continue
             yield m

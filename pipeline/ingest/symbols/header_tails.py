@@ -42,6 +42,7 @@ class TailScan:
         self._base_specials: list[int] | None = None
         # Per tail kind, each bracket's answer (keyed by the bracket's offset alone: one lookup a candidate).
         self._memo: dict[Tail, dict[int, int | None]] = {Tail.BODY: {}, Tail.BODY_OR_DECLARATION: {}}
+        self._last: dict[Tail, int] = {}  # per tail kind, the offset of the last character that can end one
 
     def ender(self, tail: Tail) -> Callable[[int], int | None]:
         """For ``tail``: where a match whose pattern part ended at ``at`` ends with it, or None if it has none,
@@ -54,12 +55,25 @@ class TailScan:
         memo = self._memo[tail]
 
         def end(at: int) -> int | None:
+            if self.none_after(tail, at):  # no walk over every bracket left when none can end the tail
+                return None
             i = bisect_left(specials, at)
             if i < len(specials) and specials[i] in memo:
                 return memo[specials[i]]
             return self._body(at, declaration=declaration)
 
         return end
+
+    def none_after(self, tail: Tail, at: int) -> bool:
+        """Whether no match of ``tail`` can start at ``at`` or after it: each tail ends at a ``{`` (or, for a
+        declaration, a ``;`` or ``=>``), and none is left from there. A header then need not be tried at every
+        later line (a C or C++ header file of prototypes holds no ``{`` at all)."""
+        last = self._last.get(tail)
+        if last is None:
+            code = self._code
+            ends = ("{", ";", "=>") if tail is Tail.BODY_OR_DECLARATION else ("{",)
+            last = self._last[tail] = max(code.rfind(end) for end in ends)
+        return last < at
 
     def _body(self, at: int, *, declaration: bool) -> int | None:
         """``(?:[^(){};=]|\\([^(){};]*\\))*?(?:\\{|;|=>)`` (without ``;`` and ``=>`` unless ``declaration``)

@@ -470,6 +470,27 @@ def test_cpp_classes_qualified_methods_and_forward_declarations() -> None:
     assert result == ChunkSymbols(("Widget", "draw", "size"), "Widget", Role.COMPLETE)
 
 
+def test_headers_stop_being_tried_only_where_no_tail_can_end() -> None:
+    # Past the last "{" (or ";" / "=>" for a declaration) no header can have its tail: a file of prototypes is
+    # tried once, not at every line. A header right before the last one is still found.
+    assert _of("c", """
+        int a(void);
+        int b(void);
+    """) == NO_SYMBOLS
+    assert _of("c", """
+        int a(void);
+        int b(void);
+        int c(void) {
+            return 0;
+        }
+    """).symbols == ("c",)
+    assert _of("csharp", """
+        class A
+        {
+            public int Add(int a, int b) => a + b
+    """).symbols == ("A", "Add")
+
+
 def test_block_comment_the_chunk_starts_inside() -> None:
     result = _of("c", """
          * still inside a comment: void fake(void) {
