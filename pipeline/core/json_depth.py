@@ -49,10 +49,11 @@ def nesting_depth(text: str, *, limit: int = MAX_DEPTH) -> int:
 
 
 def loads(data: str | bytes | bytearray, *, limit: int = MAX_DEPTH) -> Any:
-    """``json.loads`` of ``data`` (bytes must be UTF-8), refusing JSON nested deeper than ``limit`` with
-    :class:`TooDeepError` before decoding it. Every refusal is a ``ValueError``: not UTF-8
-    (``UnicodeDecodeError``), not JSON (``json.JSONDecodeError``) or too deep."""
-    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    """``json.loads`` of ``data``, refusing JSON nested deeper than ``limit`` with :class:`TooDeepError` before
+    decoding it. Bytes are decoded as ``json.loads`` decodes them (UTF-8, a leading BOM dropped; UTF-16 or -32).
+    Every refusal is a ``ValueError``: bytes that do not decode (``UnicodeDecodeError``), not JSON
+    (``json.JSONDecodeError``) or too deep."""
+    text = data if isinstance(data, str) else bytes(data).decode(json.detect_encoding(data), "surrogatepass")
     if (depth := nesting_depth(text, limit=limit)) > limit:
         raise TooDeepError(f"nests deeper than {limit} levels ({depth} or more)")
     try:

@@ -45,6 +45,8 @@ def test_loads_decodes_what_json_decodes_within_the_bound(value: Any) -> None:
     text = json.dumps(value)
     assert loads(text) == json.loads(text)
     assert loads(text.encode()) == json.loads(text)
+    for encoding in ("utf-8-sig", "utf-16", "utf-32"):  # as json.loads reads bytes: a BOM, or UTF-16 and -32
+        assert loads(text.encode(encoding)) == json.loads(text.encode(encoding))
 
 
 @pytest.mark.parametrize("text", [
