@@ -19,6 +19,7 @@ from shardfuse.workers.app import create_app
 from shardfuse.workers.broker.headroom import BrokerHeadroom, RedisMemory
 from shardfuse.workers.monitor import broker_client
 from shardfuse.workers.names import Task
+from shardfuse.workers.task_reprs import kwargs_summary
 
 
 class CeleryEventSink:
@@ -83,7 +84,8 @@ class CeleryEventSink:
         if self._refresh:
             kwargs["refresh"] = True
         try:
-            self._app.send_task(Task.INGEST.value, kwargs=kwargs, producer=self._producer, ignore_result=True)
+            self._app.send_task(Task.INGEST.value, kwargs=kwargs, producer=self._producer, ignore_result=True,
+                                kwargsrepr=kwargs_summary(kwargs))
         except OperationalError as exc:
             self._held = events + self._held  # nothing was published: keep them for another try
             raise StoreUnavailableError(f"cannot publish to {self._broker}: {exc}") from exc

@@ -23,6 +23,7 @@ from shardfuse.workers.logs import item_fields, log_context
 from shardfuse.workers.names import TASK_QUEUES
 from shardfuse.workers.names import Task as TaskName
 from shardfuse.workers.runtime import WorkerRuntime
+from shardfuse.workers.task_reprs import kwargs_summary
 from shardfuse.workers.tasks.settlement import Verdict, retry_countdown, settle, verdict
 from shardfuse.workers.tasks.strikes import MAX_STRIKES, HardLimitStrikes, HardTimeLimitError, message_items_of
 
@@ -234,7 +235,7 @@ class PipelineTask(Task):  # type: ignore[misc]
         """Send a message of task ``name``; :class:`StoreUnavailableError` when the broker cannot take it."""
         options = {} if countdown is None else {"countdown": countdown}
         try:
-            self.app.send_task(name, kwargs=kwargs, **options)
+            self.app.send_task(name, kwargs=kwargs, kwargsrepr=kwargs_summary(kwargs), **options)
         except KombuOperationalError as exc:
             raise StoreUnavailableError(f"cannot publish {name} to the broker: {exc}") from exc
 

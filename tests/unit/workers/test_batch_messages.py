@@ -140,7 +140,7 @@ def test_documents_another_worker_holds_go_back_without_spending_the_retry_budge
 ) -> None:
     sent: list[tuple[str, dict[str, Any], float]] = []
     monkeypatch.setattr(eager_app, "send_task",
-                        lambda name, kwargs, countdown: sent.append((name, kwargs, countdown)))
+                        lambda name, kwargs, countdown, **_: sent.append((name, kwargs, countdown)))
     task = _batch_task(eager_app, lambda x: DocumentBusyError(f"{x} is held") if x in (1, 2) else None)
     # On the last attempt the retry budget is spent, yet busy items are not dead-lettered: they wait.
     result = task.apply(kwargs={"items": [0, 1, 2, 3]}, retries=eager_app.shardfuse_settings.workers.max_retries)
