@@ -18,6 +18,16 @@ def _too_large(what: str, limit: int, setting: str, *, consequence: str = "") ->
     return ApiError(413, "too_large", f"{what} is larger than {setting} ({limit:,} bytes){consequence}")
 
 
+def _identity_encoded(request: Request, *, consequence: str = "") -> None:
+    """415 for a body sent with a content coding (``gzip``, ``br``, …): bodies are read as they arrive, so a
+    compressed upload would be stored as the document (and skipped later as binary), and compressed JSON would
+    fail to parse with a message about bytes."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ApiError(415, "unsupported_media_type",
+                       f"Content-Encoding {encoding!r} is not accepted: send the body uncompressed{consequence}")
+
+
 def _declared_length(request: Request) -> int | None:
     try:
         return int(request.headers["content-length"])
@@ -27,7 +37,8 @@ def _declared_length(request: Request) -> int | None:
 
 async def read_json(request: Request, *, limit: int) -> dict[str, Any]:
     """The body as a JSON object: 413 past ``limit`` bytes; 422 naming ``body`` if it is not JSON or not an object
-    (FastAPI's own status for a body it cannot parse)."""
+    (FastAPI's own status for a body it cannot parse); 415 for a compressed one."""
+    _identity_encoded(request)
     declared = _declared_length(request)
     if declared is not None and declared > limit:
         raise _too_large("the request body", limit, "api.max_request_bytes")
@@ -50,7 +61,8 @@ async def read_json(request: Request, *, limit: int) -> dict[str, Any]:
 
 async def spool_upload(request: Request, target: Path, *, limit: int) -> int:
     """Write the body to ``target`` as it arrives (memory: one chunk); return its size. 413 past ``limit``
-    bytes, with ``target`` left partial for the caller to discard."""
+    bytes, with ``target`` left partial for the caller to discard; 415 for a compressed body."""
+    _identity_encoded(request, consequence="; nothing was published")
     refused = _too_large("the upload", limit, "api.max_upload_bytes", consequence="; nothing was published")
     declared = _declared_length(request)
     if declared is not None and declared > limit:

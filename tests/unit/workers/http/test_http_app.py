@@ -6,6 +6,7 @@ The whole path through a running stack is tests/integration/test_http_api.py."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,25 @@ def test_a_query_parameter_that_is_not_utf8_is_422_and_never_replaced(
                 for path in ("caf%C3%A9.txt", "%EF%BF%BD.txt", "a+b.txt")]  # UTF-8, U+FFFD itself, a space
     assert [r.status_code for r in accepted] == [202] * 3
     assert [event.path for event in held.published] == ["café.txt", "\ufffd.txt", "a b.txt"]
+
+
+def test_a_compressed_body_is_415_and_nothing_is_published(
+        api: tuple[TestClient, ListedEvents, dict[str, str]]) -> None:
+    # Bodies are read as they arrive: a gzip upload was published as its compressed bytes (then skipped as
+    # binary), and gzip JSON failed as "not JSON: 'utf-8' codec can't decode byte 0x8b".
+    http, held, tokens = api
+    key = bearer(tokens["admin"])
+    gzipped = {**key, "Content-Encoding": "gzip"}
+    upload = http.post("/v1/documents", params={"zone": "a", "path": "notes.txt"}, headers=gzipped,
+                       content=gzip.compress(b"hello"))
+    assert upload.status_code == 415
+    assert upload.json()["error"] == {"code": "unsupported_media_type", "message": "Content-Encoding 'gzip' is not "
+                                      "accepted: send the body uncompressed; nothing was published"}
+    search = http.post("/v1/search", headers=gzipped, content=gzip.compress(b'{"query": "x", "zone": "a"}'))
+    assert search.status_code == 415 and held.published == []
+    plain = http.post("/v1/documents", params={"zone": "a", "path": "notes.txt"}, content=b"hello",
+                      headers={**key, "Content-Encoding": "identity"})
+    assert plain.status_code == 202 and held.cas.get(held.published[0].content_hash or "") == b"hello"
 
 
 def test_json_nested_too_deeply_is_422_not_an_internal_error(
