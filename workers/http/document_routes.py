@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
@@ -25,6 +25,7 @@ from shardfuse.pipeline.core.events import WriteEvent
 from shardfuse.workers.http.auth import Caller, require_write, services
 from shardfuse.workers.http.bodies import spool_upload
 from shardfuse.workers.http.errors import ApiError
+from shardfuse.workers.http.query_strings import given_once
 from shardfuse.workers.http.services import Services
 
 router = APIRouter(tags=["documents"])
@@ -70,6 +71,7 @@ def _metadata(raw: str | None) -> dict[str, Any] | None:
 
 
 @router.post("/v1/documents", status_code=202, openapi_extra=_UPLOAD,
+             dependencies=[Depends(given_once("zone", "path", "metadata"))],
              responses={**_ERRORS, 413: {"description": "content over api.max_upload_bytes; nothing published"}})
 async def upload(request: Request, key: Caller, zone: Zone, path: DocPath,
                  metadata: Annotated[str | None, Query(description="a JSON object stored with the document "
@@ -95,7 +97,7 @@ def _store_and_publish(held: Services, spool: Path, *, zone: str, path: str, siz
                               metadata=metadata)
 
 
-@router.delete("/v1/documents", status_code=202, responses=_ERRORS)
+@router.delete("/v1/documents", status_code=202, responses=_ERRORS, dependencies=[Depends(given_once("zone", "path"))])
 async def delete(request: Request, key: Caller, zone: Zone, path: DocPath) -> Accepted:
     """Publish the delete of ``(zone, path)`` (a tombstone: a late write cannot bring it back)."""
     held = services(request)

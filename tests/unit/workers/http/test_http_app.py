@@ -137,6 +137,22 @@ def test_a_query_parameter_that_is_not_utf8_is_422_and_never_replaced(
     assert [event.path for event in held.published] == ["café.txt", "\ufffd.txt", "a b.txt"]
 
 
+def test_a_document_parameter_given_twice_is_422_not_the_last_one(
+        api: tuple[TestClient, ListedEvents, dict[str, str]]) -> None:
+    # FastAPI takes the last of a repeated parameter: ?path=a.md&path=b.md published b.md alone.
+    http, held, tokens = api
+    key = bearer(tokens["admin"])
+    for method, url, field in (("POST", "/v1/documents?zone=a&path=a.md&path=b.md", "path"),
+                               ("POST", "/v1/documents?zone=a&zone=b&path=a.md", "zone"),
+                               ("POST", "/v1/documents?zone=a&path=a.md&metadata=%7B%7D&metadata=%7B%7D", "metadata"),
+                               ("DELETE", "/v1/documents?zone=a&path=a.md&path=b.md", "path")):
+        refused = http.request(method, url, headers=key, content=b"x" if method == "POST" else None)
+        assert refused.status_code == 422, url
+        assert refused.json()["error"] == {"code": "invalid_request", "fields": [field], "message": (
+            f"query parameter '{field}' is given 2 times: give it once (one document a request)")}
+    assert held.published == []
+
+
 def test_a_compressed_body_is_415_and_nothing_is_published(
         api: tuple[TestClient, ListedEvents, dict[str, str]]) -> None:
     # Bodies are read as they arrive: a gzip upload was published as its compressed bytes (then skipped as
