@@ -34,6 +34,14 @@ class Write:
     metadata: dict[str, Any] | None = None
     seq: int | None = None
 
+    def __post_init__(self) -> None:
+        # hashlib's own TypeError ("Strings must be encoded before hashing") would not say what was meant, and a
+        # str is ambiguous: the text itself, or a file's name?
+        if not isinstance(self.data, bytes | bytearray | memoryview | Path):
+            hint = ": encode text (text.encode()), or give a file as Path(name)" if isinstance(self.data, str) else ""
+            raise TypeError(f"data must be the content as bytes, or a pathlib.Path of a file to store, not "
+                            f"{type(self.data).__name__}{hint}")
+
 
 def fails_alone(exc: Exception) -> bool:
     """Whether ``exc`` is one write's own failure: its file's ``OSError`` (the CAS's errors are ours, never an

@@ -72,6 +72,21 @@ def test_a_file_that_cannot_be_read_raises_its_own_error_and_sends_nothing(tmp_p
     assert sink.events == []
 
 
+@pytest.mark.parametrize(("data", "says"), [
+    ("some text", "not str: encode text (text.encode()), or give a file as Path(name)"),
+    (None, "not NoneType"),
+    (12, "not int"),
+])
+def test_data_that_is_neither_bytes_nor_a_path_is_refused_before_anything_is_stored(
+        tmp_path: Path, data: object, says: str) -> None:
+    cas, sink = LocalContentStore(tmp_path / "cas"), Sent()
+    with pytest.raises(TypeError, match="data must be the content as bytes, or a pathlib.Path") as refused:
+        Publisher(cas=cas, sink=sink).write(zone="z", path="a.md", data=data)  # type: ignore[arg-type]
+    assert str(refused.value).endswith(says)
+    assert sink.events == [] and not [p for p in (tmp_path / "cas").rglob("*") if p.is_file()]
+    assert Publisher(cas=cas, sink=sink).write(zone="z", path="a.md", data=bytearray(b"x")).size == 1
+
+
 def test_the_watcher_hashes_a_big_file_in_bounded_memory_and_publishes_it_streamed(tmp_path: Path) -> None:
     root = tmp_path / "src"
     root.mkdir()
