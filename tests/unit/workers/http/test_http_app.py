@@ -177,10 +177,10 @@ def test_json_nested_too_deeply_is_422_not_an_internal_error(
     # Python's json decoder recurses once per level: a few kilobytes of brackets used to end in a 500.
     http, held, tokens = api
     key = bearer(tokens["admin"])
-    deep = http.post("/v1/search", content=b"[" * 400 + b"]" * 400, headers=key)
+    deep = http.post("/v1/search", content=b"[" * 1_020 + b"]" * 1_020, headers=key)  # within the 2,048 bytes
     assert deep.status_code == 422
     assert deep.json()["error"] == {"code": "invalid_json", "fields": ["body"],
-                                    "message": "the request body nests deeper than 64 levels (400 or more)"}
+                                    "message": "the request body nests deeper than 64 levels (1020 or more)"}
     metadata = '{"a":' * 2_000 + "1" + "}" * 2_000
     upload = http.post("/v1/documents", params={"zone": "a", "path": "deep.txt", "metadata": metadata},
                        headers=key, content=b"hello")
