@@ -4,8 +4,8 @@ Celery writes a ``kwargsrepr`` into every message (and its ``task-sent`` event) 
 its repr of the keyword arguments, cut at 1,024 characters. For an ingest message that is its first few
 events in full, so a path further down never shows and Flower's search cannot find the task that handled it;
 for an embed message it is the first document's chunk text, after a repr walked through the whole ~50 KB body
-(about a third of the send's CPU, measured). :func:`kwargs_summary` names every document instead, within the
-same length, and costs a join.
+(about a fifth of the send's CPU: 3.3 against 2.5 ms, docs/performance.md, session 36). :func:`kwargs_summary`
+names every document instead, within the same length.
 """
 
 from __future__ import annotations
@@ -31,17 +31,14 @@ def kwargs_summary(kwargs: Mapping[str, Any]) -> str | None:
         return None
     others = {name: value for name, value in kwargs.items() if name not in _CARRIERS}
     head = f"{key}={len(items)}" + "".join(f" {name}={value!r}" for name, value in others.items()) + ":"
-    names = [_name(item) for item in items]
-    text = " ".join([head, *names])
-    if len(text) <= MAX_CHARS:
-        return text
     shown = head
-    for count, name in enumerate(names):
-        more = f" … (+{len(names) - count} more)"
-        if len(shown) + 1 + len(name) + len(more) > MAX_CHARS:
-            return shown + more
+    for count, item in enumerate(items):
+        name, after = _name(item), len(items) - count - 1  # after: the names left once this one is shown
+        # Shown only if the count of those left still fits after it, so a cut text always fits.
+        if len(shown) + 1 + len(name) + (len(f" … (+{after} more)") if after else 0) > MAX_CHARS:
+            return f"{shown} … (+{after + 1} more)"
         shown += " " + name
-    return shown  # not reached: the whole text did not fit
+    return shown
 
 
 def _name(event: object) -> str:
